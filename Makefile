@@ -1,0 +1,41 @@
+# The two commands a new machine needs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint fmt system-deps venv clean bench
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+system-deps:
+	@deploy/install-system-deps.sh
+
+demo: system-deps venv
+	$(BIN)/tbhub demo
+
+test: system-deps venv
+	$(BIN)/ruff check service tests bench alembic
+	$(BIN)/pytest
+
+lint: venv
+	$(BIN)/ruff check service tests bench alembic
+	$(BIN)/ruff format --check service tests bench alembic
+	$(BIN)/mypy
+
+fmt: venv
+	$(BIN)/ruff format service tests bench alembic
+	$(BIN)/ruff check --fix service tests bench alembic
+
+bench: venv
+	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/warm_throughput.py
+
+clean:
+	rm -rf $(VENV) tbhub-data .demo

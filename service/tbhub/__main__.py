@@ -1,0 +1,3 @@
+from tbhub.cli.main import app
+
+app()

@@ -1,0 +1,66 @@
+"""What every route may depend on: the app context, a DB session and the signed-in user."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.auth.permissions import AccessCache
+from tbhub.auth.sessions import SESSION_COOKIE, SessionSigner
+from tbhub.boards import AccessTracker, BoardDirectory
+from tbhub.db import transaction
+from tbhub.errors import NotAuthenticated
+from tbhub.models import User
+from tbhub.settings import Settings
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: Engine
+    factory: sessionmaker[Session]
+    signer: SessionSigner
+    access: AccessCache
+    boards: BoardDirectory
+    tracker: AccessTracker
+    wake_supervisor: Callable[[], None]
+
+
+def get_context(request: Request) -> AppContext:
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+ContextDep = Annotated[AppContext, Depends(get_context)]
+
+
+def get_session(context: ContextDep) -> Iterator[Session]:
+    with transaction(context.factory) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def signed_in_user_id(request: Request, context: AppContext) -> int | None:
+    data = context.signer.verify(request.cookies.get(SESSION_COOKIE))
+    return data.user_id if data else None
+
+
+def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
+    user_id = signed_in_user_id(request, context)
+    return session.get(User, user_id) if user_id is not None else None
+
+
+def get_current_user(user: Annotated[User | None, Depends(get_optional_user)]) -> User:
+    if user is None:
+        raise NotAuthenticated("sign in first: open /auth/login in a browser")
+    return user
+
+
+OptionalUser = Annotated[User | None, Depends(get_optional_user)]
+CurrentUser = Annotated[User, Depends(get_current_user)]

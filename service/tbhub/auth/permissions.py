@@ -1,0 +1,91 @@
+"""Who may do what on a project, with a short-TTL cache for the auth hook's hot path."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.models import Membership, Project, Role, User
+
+
+@dataclass(frozen=True)
+class Access:
+    """One user's standing towards one project name."""
+
+    user_exists: bool
+    is_admin: bool
+    project_id: int | None  # None: no such project
+    role: Role | None
+
+    @property
+    def can_view(self) -> bool:
+        return (
+            self.user_exists
+            and self.project_id is not None
+            and (self.is_admin or self.role is not None)
+        )
+
+    def at_least(self, role: Role) -> bool:
+        if not self.user_exists or self.project_id is None:
+            return False
+        return self.is_admin or (self.role is not None and self.role.rank >= role.rank)
+
+
+def load_access(session: Session, *, user_id: int, project: str) -> Access:
+    user = session.get(User, user_id)
+    project_id = session.scalar(select(Project.id).where(Project.name == project))
+    role = None
+    if user is not None and project_id is not None:
+        role = session.scalar(
+            select(Membership.role).where(
+                Membership.user_id == user_id, Membership.project_id == project_id
+            )
+        )
+    return Access(
+        user_exists=user is not None,
+        is_admin=bool(user and user.is_admin),
+        project_id=project_id,
+        role=role,
+    )
+
+
+class AccessCache:
+    """(user, project) -> Access for `ttl` seconds. Changes made through this process
+    invalidate it at once; changes made elsewhere (the admin CLI) show within `ttl`."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[int, str], tuple[float, Access]] = {}
+
+    def lookup(self, user_id: int, project: str) -> Access:
+        key = (user_id, project)
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        with self._factory() as session:
+            access = load_access(session, user_id=user_id, project=project)
+        with self._lock:
+            if len(self._entries) > 100_000:  # bounded: drop everything rather than grow
+                self._entries.clear()
+            self._entries[key] = (now, access)
+        return access
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries.clear()

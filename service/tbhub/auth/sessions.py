@@ -1,0 +1,63 @@
+"""Signed, stateless session cookies: `<payload>.<hmac>`; verifying one touches no database."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from dataclasses import dataclass
+
+SESSION_COOKIE = "tbhub_session"
+CSRF_COOKIE = "tbhub_csrf"
+
+
+@dataclass(frozen=True)
+class SessionData:
+    user_id: int
+    expires_at: int
+
+
+class SessionSigner:
+    def __init__(self, secret_key: str, max_age: int) -> None:
+        self._key = hashlib.sha256(b"tbhub-session:" + secret_key.encode()).digest()
+        self.max_age = max_age
+
+    def _mac(self, payload: bytes) -> str:
+        digest = hmac.new(self._key, payload, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+    def issue(self, user_id: int, now: float | None = None) -> str:
+        expires_at = int((now if now is not None else time.time()) + self.max_age)
+        body = json.dumps({"u": user_id, "e": expires_at}, separators=(",", ":")).encode()
+        payload = base64.urlsafe_b64encode(body).rstrip(b"=")
+        return f"{payload.decode()}.{self._mac(payload)}"
+
+    def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
+        """The session a cookie carries, or None if it is missing, forged or expired."""
+        if not token or token.count(".") != 1:
+            return None
+        payload, mac = token.split(".")
+        if not hmac.compare_digest(mac, self._mac(payload.encode())):
+            return None
+        try:
+            body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+            data = SessionData(user_id=int(body["u"]), expires_at=int(body["e"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+        if data.expires_at < (now if now is not None else time.time()):
+            return None
+        return data
+
+
+def new_csrf_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def csrf_matches(cookie_value: str | None, form_value: str | None) -> bool:
+    """Double-submit check: the form field must echo the cookie set when the form was shown."""
+    return bool(cookie_value and form_value) and hmac.compare_digest(
+        str(cookie_value), str(form_value)
+    )

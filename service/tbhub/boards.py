@@ -1,0 +1,130 @@
+"""Desired state of boards, written by the API, the auth hook and the idle culler.
+
+Only the supervisor starts or stops processes; everything here just records wishes and
+answers "where is this board?" from a short-lived snapshot, so the auth hook's hot path
+does not query the database on every request (DESIGN.md, decisions 1 and 4).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.db import transaction
+from tbhub.models import Board, DesiredState, ObservedState
+
+
+@dataclass(frozen=True)
+class BoardView:
+    project_id: int
+    desired: DesiredState
+    observed: ObservedState
+    upstream: str | None
+
+    @property
+    def serving(self) -> bool:
+        return self.observed == ObservedState.ready and self.upstream is not None
+
+
+class BoardDirectory:
+    """A snapshot of every board row, reloaded with one query when older than `ttl`."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._views: dict[int, BoardView] = {}
+        self._loaded_at = float("-inf")
+
+    def get(self, project_id: int) -> BoardView | None:
+        with self._lock:
+            if self._clock() - self._loaded_at > self._ttl:
+                self._reload()
+            return self._views.get(project_id)
+
+    def _reload(self) -> None:
+        with self._factory() as session:
+            rows = session.execute(
+                select(Board.project_id, Board.desired_state, Board.observed_state, Board.upstream)
+            ).all()
+        self._views = {row[0]: BoardView(*row) for row in rows}
+        self._loaded_at = self._clock()
+
+    def want_running(self, project_id: int) -> bool:
+        """Record that someone waits for this board. True if that changed the desired state."""
+        view = self.get(project_id)
+        if view is not None and view.desired == DesiredState.running:
+            return False
+        with transaction(self._factory) as session:
+            changed = request_board(session, project_id=project_id, now=datetime.now(UTC))
+        with self._lock:
+            self._loaded_at = float("-inf")
+        return changed
+
+
+class AccessTracker:
+    """Last access per project, kept in memory and flushed to the database in batches."""
+
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pending: dict[int, datetime] = {}
+
+    def touch(self, project_id: int) -> None:
+        now = self._clock()
+        with self._lock:
+            self._pending[project_id] = now
+
+    def drain(self) -> dict[int, datetime]:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        return pending
+
+
+def request_board(session: Session, *, project_id: int, now: datetime) -> bool:
+    board = session.get(Board, project_id)
+    if board is None:
+        return False
+    board.last_access_at = now
+    if board.desired_state == DesiredState.running:
+        return False
+    board.desired_state = DesiredState.running
+    board.desired_at = now
+    board.last_error = None
+    return True
+
+
+def flush_access(session: Session, accesses: dict[int, datetime]) -> None:
+    for project_id, at in accesses.items():
+        session.execute(
+            update(Board)
+            .where(Board.project_id == project_id)
+            .where((Board.last_access_at.is_(None)) | (Board.last_access_at < at))
+            .values(last_access_at=at)
+        )
+
+
+def cull_idle_boards(session: Session, *, now: datetime, idle_timeout: float) -> list[int]:
+    """Mark boards nobody has used for `idle_timeout` seconds as not wanted."""
+    cutoff = now - timedelta(seconds=idle_timeout)
+    idle = []
+    for board in session.scalars(select(Board).where(Board.desired_state == DesiredState.running)):
+        last_seen = max(t for t in (board.last_access_at, board.desired_at) if t is not None)
+        if last_seen < cutoff:
+            board.desired_state = DesiredState.stopped
+            board.desired_at = now
+            idle.append(board.project_id)
+    return idle

@@ -1,0 +1,135 @@
+"""`tbhub admin ...`: users and projects, for operators."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.table import Table
+
+from tbhub.cli.common import (
+    JsonOption,
+    db_session,
+    emit,
+    handle_errors,
+    out_console,
+    runtime_settings,
+)
+from tbhub.errors import InvalidInput
+from tbhub.projects import create_project, list_projects, parse_role, set_membership
+from tbhub.users import create_user, list_users
+
+app = typer.Typer(help="Operator commands: users, projects.", no_args_is_help=True)
+user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)
+project_app = typer.Typer(help="Projects and their members.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+app.add_typer(project_app, name="project")
+
+ACTOR = "cli"
+
+
+def read_password_stdin() -> str:
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise InvalidInput(
+            'no password on standard input; pipe one in, e.g. `echo "$PW" | tbhub ...`'
+        )
+    return password
+
+
+@user_app.command("create")
+@handle_errors
+def user_create(
+    name: str,
+    admin: bool = typer.Option(False, "--admin", help="Make the user an instance admin."),
+    password_stdin: bool = typer.Option(
+        False, "--password-stdin", help="Read the password from the first line of stdin."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Create a local account."""
+    if not password_stdin:
+        raise InvalidInput("pass --password-stdin and pipe the password in; it is never a flag")
+    password = read_password_stdin()
+    settings = runtime_settings()
+    with db_session(settings) as session:
+        user = create_user(session, name=name, password=password, is_admin=admin, actor=ACTOR)
+        result = {"name": user.name, "is_admin": user.is_admin}
+    emit(result, as_json=as_json, human=lambda: out_console.print(f"created user {name}"))
+
+
+@user_app.command("list")
+@handle_errors
+def user_list(as_json: bool = JsonOption) -> None:
+    """List accounts."""
+    with db_session(runtime_settings()) as session:
+        rows = [{"name": u.name, "is_admin": u.is_admin} for u in list_users(session)]
+
+    def human() -> None:
+        table = Table("name", "admin")
+        for row in rows:
+            table.add_row(str(row["name"]), "yes" if row["is_admin"] else "")
+        out_console.print(table)
+
+    emit(rows, as_json=as_json, human=human)
+
+
+@project_app.command("create")
+@handle_errors
+def project_create(
+    name: str,
+    owner: str | None = typer.Option(None, "--owner", help="User who owns the project."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Create a project and its directory <storage_root>/<name>/."""
+    settings = runtime_settings()
+    with db_session(settings) as session:
+        create_project(session, name=name, storage_root=settings.storage, owner=owner, actor=ACTOR)
+    logdir = settings.storage / name
+    emit(
+        {"name": name, "owner": owner, "logdir": str(logdir)},
+        as_json=as_json,
+        human=lambda: out_console.print(f"created project {name}; write its runs under {logdir}/"),
+    )
+
+
+@project_app.command("add-member")
+@handle_errors
+def project_add_member(
+    project: str,
+    user: str,
+    role: str = typer.Option(..., "--role", help="viewer, editor or owner."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Give a user a role in a project (or change it)."""
+    parsed = parse_role(role)
+    with db_session(runtime_settings()) as session:
+        set_membership(session, project=project, user=user, role=parsed, actor=ACTOR)
+    emit(
+        {"project": project, "user": user, "role": parsed.value},
+        as_json=as_json,
+        human=lambda: out_console.print(f"{user} is now {parsed.value} of {project}"),
+    )
+
+
+@project_app.command("list")
+@handle_errors
+def project_list(as_json: bool = JsonOption) -> None:
+    """List projects with their board state."""
+    with db_session(runtime_settings()) as session:
+        rows = [
+            {
+                "name": p.name,
+                "board": p.board.observed_state.value if p.board else "stopped",
+                "members": len(p.memberships),
+            }
+            for p in list_projects(session)
+        ]
+
+    def human() -> None:
+        table = Table("name", "board", "members")
+        for row in rows:
+            table.add_row(str(row["name"]), str(row["board"]), str(row["members"]))
+        out_console.print(table)
+
+    emit(rows, as_json=as_json, human=human)

@@ -1,0 +1,88 @@
+"""What every command shares: settings, a database session, and one error style."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from rich.console import Console
+from sqlalchemy.orm import Session
+
+from tbhub.db import alembic_config, make_engine, make_session_factory, transaction
+from tbhub.errors import ConfigError, TbhubError
+from tbhub.settings import Settings, load_settings, prepare_runtime
+
+P = ParamSpec("P")
+R = TypeVar("R")
+err_console = Console(stderr=True, soft_wrap=True)
+out_console = Console(soft_wrap=True)
+
+JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def fail(message: str, *, as_json: bool = False, code: str = "error") -> None:
+    """The one CLI error style: `error: <what went wrong and what to do>` and exit 1."""
+    if as_json:
+        print(json.dumps({"error": {"code": code, "message": message}}))
+    else:
+        err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn TbhubError into the CLI error style; never show users a traceback for them."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except TbhubError as exc:
+            fail(exc.message, as_json=bool(kwargs.get("as_json")), code=exc.code)
+            raise AssertionError("unreachable") from exc
+
+    return wrapper
+
+
+def runtime_settings() -> Settings:
+    return prepare_runtime(load_settings())
+
+
+def check_schema(settings: Settings) -> None:
+    engine = make_engine(settings.db_url)
+    try:
+        with engine.connect() as connection:
+            current = MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+    head = ScriptDirectory.from_config(alembic_config(settings.db_url)).get_current_head()
+    if current != head:
+        raise ConfigError(
+            f"the database schema is at {current or 'nothing'} but tbhub needs {head}; "
+            "run `tbhub db upgrade` first"
+        )
+
+
+@contextmanager
+def db_session(settings: Settings) -> Iterator[Session]:
+    check_schema(settings)
+    engine = make_engine(settings.db_url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def emit(data: Any, *, as_json: bool, human: Callable[[], None]) -> None:
+    if as_json:
+        json.dump(data, sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        human()

@@ -1,0 +1,66 @@
+"""`tbhub demo`: an admin with a one-time password, a `demo` project with real event files,
+then `tbhub serve`."""
+
+from __future__ import annotations
+
+import secrets
+
+from sqlalchemy.orm import Session
+
+from tbhub.auth.passwords import hash_password
+from tbhub.cli.common import handle_errors, out_console, runtime_settings
+from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.errors import NotFound
+from tbhub.projects import create_project, get_project
+from tbhub.sample_logs import write_project
+from tbhub.server import serve
+from tbhub.settings import Settings
+from tbhub.users import create_user, get_user
+
+DEMO_ADMIN = "admin"
+DEMO_PROJECT = "demo"
+
+
+def _ensure_admin(session: Session, password: str) -> None:
+    try:
+        get_user(session, name=DEMO_ADMIN).password_hash = hash_password(password)
+    except NotFound:
+        create_user(session, name=DEMO_ADMIN, password=password, is_admin=True, actor="demo")
+
+
+def _ensure_project(session: Session, settings: Settings) -> bool:
+    try:
+        get_project(session, name=DEMO_PROJECT)
+        return False
+    except NotFound:
+        create_project(
+            session,
+            name=DEMO_PROJECT,
+            storage_root=settings.storage,
+            owner=DEMO_ADMIN,
+            actor="demo",
+        )
+        return True
+
+
+@handle_errors
+def demo() -> None:
+    """Set up a demo admin and project with sample runs, then serve."""
+    settings = runtime_settings()
+    upgrade(settings.db_url)
+    password = secrets.token_urlsafe(12)
+    engine = make_engine(settings.db_url)
+    with transaction(make_session_factory(engine)) as session:
+        _ensure_admin(session, password)
+        created = _ensure_project(session, settings)
+    engine.dispose()
+    if created:
+        out_console.print("writing sample runs for the demo project ...")
+        write_project(settings.storage / DEMO_PROJECT, runs=4, steps=500, tags=3, prefix="mnist")
+    out_console.print(
+        f"\n  tbhub demo at [bold]{settings.public_url}[/]\n"
+        f"  sign in as [bold]{DEMO_ADMIN}[/] with the one-time password [bold]{password}[/]\n"
+        f"  then open {settings.public_url}/boards/{DEMO_PROJECT}/\n",
+        highlight=False,
+    )
+    serve(settings)

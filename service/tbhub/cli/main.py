@@ -1,0 +1,54 @@
+"""`tbhub`: one CLI for the server, the database, nginx and operators."""
+
+from __future__ import annotations
+
+import typer
+
+from tbhub.cli import admin, demo
+from tbhub.cli.common import handle_errors, out_console, runtime_settings
+from tbhub.db import upgrade
+from tbhub.nginx import write_config
+from tbhub.server import serve as run_server
+from tbhub.settings import load_settings
+
+app = typer.Typer(
+    help="tbhub: multi-user TensorBoard behind authenticated nginx.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+nginx_app = typer.Typer(help="The nginx config tbhub ships.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(nginx_app, name="nginx")
+app.add_typer(admin.app, name="admin")
+app.command("demo")(demo.demo)
+
+
+@app.command()
+@handle_errors
+def serve(
+    no_nginx: bool = typer.Option(False, "--no-nginx", help="Run without the nginx master."),
+) -> None:
+    """Run the control plane, the board supervisor and nginx until SIGINT/SIGTERM."""
+    run_server(load_settings(), with_nginx=not no_nginx)
+
+
+@db_app.command("upgrade")
+@handle_errors
+def db_upgrade() -> None:
+    """Apply every pending migration."""
+    settings = runtime_settings()
+    upgrade(settings.db_url)
+    out_console.print("database schema is up to date")
+
+
+@nginx_app.command("render")
+@handle_errors
+def nginx_render() -> None:
+    """Write the nginx config into <data_dir>/nginx/nginx.conf."""
+    path = write_config(runtime_settings())
+    out_console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,52 @@
+"""Typed errors, mapped once to the JSON error shape and to the CLI message style."""
+
+from __future__ import annotations
+
+
+class TbhubError(Exception):
+    """An error a user can act on. `code` is stable; `message` says what to do next."""
+
+    code = "error"
+    http_status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def as_json(self) -> dict[str, dict[str, str]]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class InvalidInput(TbhubError):
+    code = "invalid_input"
+    http_status = 422
+
+
+class NotFound(TbhubError):
+    code = "not_found"
+    http_status = 404
+
+
+class AlreadyExists(TbhubError):
+    code = "already_exists"
+    http_status = 409
+
+
+class NotAuthenticated(TbhubError):
+    code = "not_authenticated"
+    http_status = 401
+
+
+class Forbidden(TbhubError):
+    code = "forbidden"
+    http_status = 403
+
+
+class ConfigError(TbhubError):
+    code = "config_error"
+    http_status = 500
+
+
+class UnsafePath(TbhubError):
+    code = "unsafe_path"
+    http_status = 400

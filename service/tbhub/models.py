@@ -1,0 +1,137 @@
+"""SQLAlchemy tables. Metadata only: event data stays in files (DESIGN.md, decision 11)."""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Enum, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC; always hands back aware datetimes, on SQLite as on PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Role(enum.StrEnum):
+    viewer = "viewer"
+    editor = "editor"
+    owner = "owner"
+
+    @property
+    def rank(self) -> int:
+        return ("viewer", "editor", "owner").index(self.value)
+
+
+class DesiredState(enum.StrEnum):
+    running = "running"
+    stopped = "stopped"
+
+
+class ObservedState(enum.StrEnum):
+    stopped = "stopped"
+    starting = "starting"
+    ready = "ready"
+    stopping = "stopping"
+    failed = "failed"
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    memberships: Mapped[list[Membership]] = relationship(
+        back_populates="user", cascade="all, delete-orphan"
+    )
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    memberships: Mapped[list[Membership]] = relationship(
+        back_populates="project", cascade="all, delete-orphan"
+    )
+    board: Mapped[Board | None] = relationship(
+        back_populates="project", cascade="all, delete-orphan"
+    )
+
+
+class Membership(Base):
+    __tablename__ = "memberships"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    role: Mapped[Role] = mapped_column(Enum(Role, native_enum=False, length=16))
+
+    user: Mapped[User] = relationship(back_populates="memberships")
+    project: Mapped[Project] = relationship(back_populates="memberships")
+
+
+class Board(Base):
+    """One row per project: what should run (desired) and what the supervisor saw (observed)."""
+
+    __tablename__ = "boards"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    desired_state: Mapped[DesiredState] = mapped_column(
+        Enum(DesiredState, native_enum=False, length=16), default=DesiredState.stopped
+    )
+    desired_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_access_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    observed_state: Mapped[ObservedState] = mapped_column(
+        Enum(ObservedState, native_enum=False, length=16), default=ObservedState.stopped
+    )
+    observed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    upstream: Mapped[str | None] = mapped_column(String(255))
+    instance_id: Mapped[str | None] = mapped_column(String(64))
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    project: Mapped[Project] = relationship(back_populates="board")
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

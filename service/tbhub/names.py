@@ -1,0 +1,28 @@
+"""Validation of the names people choose: project slugs and user names."""
+
+from __future__ import annotations
+
+import re
+
+from tbhub.errors import InvalidInput
+
+PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+
+
+def check_project_name(name: str) -> str:
+    if not PROJECT_SLUG.fullmatch(name):
+        raise InvalidInput(
+            f"project name {name!r} is not a slug: use 1-63 lowercase letters, digits and "
+            "dashes, starting with a letter or digit (for example 'vision-2')"
+        )
+    return name
+
+
+def check_user_name(name: str) -> str:
+    if not USER_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"user name {name!r} is not allowed: use 1-64 letters, digits, '.', '_', '@' "
+            "or '-', starting with a letter or digit"
+        )
+    return name

@@ -1,0 +1,155 @@
+"""Render the nginx config tbhub ships and run an nginx master on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import jinja2
+
+from tbhub.api.board_gate import AUTH_CACHE_SECONDS
+from tbhub.errors import ConfigError
+from tbhub.processes import ProcessRef, stop_group
+from tbhub.resources import nginx_template
+from tbhub.settings import Settings
+
+# Every header name the hook, nginx or the boards use to carry identity or routing.
+# nginx clears each of them on the way to an upstream, whatever the client sent.
+IDENTITY_HEADERS = (
+    "X-Board-Upstream",
+    "X-Board-Project",
+    "X-Board-User",
+    "X-Tbhub-Original-Uri",
+    "X-Tbhub-Original-Method",
+    "X-Tbhub-User",
+    "X-Tbhub-Role",
+)
+NGINX_STOP_SIGNALS = (signal.SIGQUIT, signal.SIGTERM, signal.SIGKILL)
+
+
+def nginx_dir(settings: Settings) -> Path:
+    return settings.data_dir / "nginx"
+
+
+def config_path(settings: Settings) -> Path:
+    return nginx_dir(settings) / "nginx.conf"
+
+
+def render_config(settings: Settings) -> str:
+    template_text = nginx_template().read_text()
+    template = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    ).from_string(template_text)
+    base = nginx_dir(settings)
+    return template.render(
+        worker_processes=max(1, min(os.cpu_count() or 1, 4)),
+        run_dir=base,
+        log_dir=base / "logs",
+        tmp_dir=base / "tmp",
+        cache_dir=base / "cache",
+        api_address=settings.api_address,
+        http_host=settings.http_host,
+        http_port=settings.http_port,
+        auth_cache_seconds=AUTH_CACHE_SECONDS,
+        identity_headers=IDENTITY_HEADERS,
+    )
+
+
+def write_config(settings: Settings) -> Path:
+    base = nginx_dir(settings)
+    for sub in ("logs", "tmp", "cache"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    path = config_path(settings)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(render_config(settings))
+    os.replace(tmp, path)
+    return path
+
+
+def find_nginx(binary: str) -> str:
+    found = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/local/sbin")
+    if found is None:
+        raise ConfigError(
+            f"nginx not found (TBHUB_NGINX_BIN={binary!r}); install it with "
+            "`sudo apt-get install nginx`, or run `tbhub serve --no-nginx`"
+        )
+    return found
+
+
+class NginxMaster:
+    """The nginx master tbhub runs, tracked by PID and start time in `master.json`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.binary = find_nginx(settings.nginx_bin)
+        self.conf = config_path(settings)
+        self.record = nginx_dir(settings) / "master.json"
+        self._child: subprocess.Popen[bytes] | None = None
+        self._ref: ProcessRef | None = None
+
+    def _command(self, *extra: str) -> list[str]:
+        base = nginx_dir(self.settings)
+        error_log = str(base / "logs" / "nginx-error.log")
+        return [self.binary, "-p", str(base), "-c", str(self.conf), "-e", error_log, *extra]
+
+    def check(self) -> None:
+        result = subprocess.run(self._command("-t", "-q"), capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ConfigError(
+                f"nginx refused the rendered config {self.conf}: {result.stderr.strip()}"
+            )
+
+    def stop_stale(self) -> None:
+        """Stop an nginx master a previous `tbhub serve` on this data dir left behind."""
+        try:
+            ref = ProcessRef(**json.loads(self.record.read_text()))
+        except (OSError, ValueError, TypeError):
+            return
+        if ref.is_alive():
+            stop_group(ref, grace=5.0, signals=NGINX_STOP_SIGNALS)
+        self.record.unlink(missing_ok=True)
+
+    def start(self, wait: float = 10.0) -> None:
+        write_config(self.settings)
+        self.check()
+        self.stop_stale()
+        self._child = subprocess.Popen(
+            self._command(), stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        self._ref = ref = ProcessRef.of(self._child.pid)
+        self.record.write_text(json.dumps({"pid": ref.pid, "create_time": ref.create_time}))
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self._child.poll() is not None:
+                raise ConfigError(
+                    f"nginx exited at start (code {self._child.returncode}); read "
+                    f"{nginx_dir(self.settings) / 'logs' / 'nginx-error.log'}"
+                )
+            if _accepts(self.settings.http_host, self.settings.http_port):
+                return
+            time.sleep(0.05)
+        raise ConfigError(
+            f"nginx did not listen on {self.settings.http_host}:{self.settings.http_port}"
+        )
+
+    def stop(self) -> None:
+        if self._child is None or self._ref is None:
+            return
+        stop_group(self._ref, grace=5.0, signals=NGINX_STOP_SIGNALS)
+        self._child.wait(timeout=5)
+        self._child = self._ref = None
+        self.record.unlink(missing_ok=True)
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False

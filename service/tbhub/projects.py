@@ -1,0 +1,85 @@
+"""Projects and memberships: keyword-only service functions that hold the queries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tbhub import audit
+from tbhub.errors import AlreadyExists, InvalidInput, NotFound
+from tbhub.models import Board, Membership, Project, Role, User
+from tbhub.names import check_project_name
+from tbhub.storage.paths import project_dir
+from tbhub.users import get_user
+
+
+def create_project(
+    session: Session, *, name: str, storage_root: Path, owner: str | None, actor: str
+) -> Project:
+    """Create the row, its board row and `<storage_root>/<name>/` together."""
+    check_project_name(name)
+    if session.scalar(select(Project).where(Project.name == name)) is not None:
+        raise AlreadyExists(f"project {name!r} already exists; pick another name")
+    owner_user = get_user(session, name=owner) if owner is not None else None
+    project = Project(name=name, board=Board())
+    session.add(project)
+    session.flush()
+    if owner_user is not None:
+        session.add(Membership(user=owner_user, project=project, role=Role.owner))
+    audit.record(session, actor=actor, action="project.create", target=name, owner=owner)
+    session.flush()
+    # The directory comes last: if it fails the transaction rolls back with it.
+    project_dir(storage_root, name).mkdir(parents=False, exist_ok=True)
+    return project
+
+
+def get_project(session: Session, *, name: str) -> Project:
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        raise NotFound(f"no project named {name!r}; list projects with `tbhub admin project list`")
+    return project
+
+
+def parse_role(value: str) -> Role:
+    try:
+        return Role(value)
+    except ValueError:
+        raise InvalidInput(
+            f"role {value!r} is not one of: {', '.join(r.value for r in Role)}"
+        ) from None
+
+
+def set_membership(
+    session: Session, *, project: str, user: str, role: Role, actor: str
+) -> Membership:
+    project_row = get_project(session, name=project)
+    user_row = get_user(session, name=user)
+    membership = session.get(Membership, (user_row.id, project_row.id))
+    if membership is None:
+        membership = Membership(user=user_row, project=project_row, role=role)
+        session.add(membership)
+    else:
+        membership.role = role
+    audit.record(
+        session, actor=actor, action="project.member", target=project, user=user, role=role.value
+    )
+    session.flush()
+    return membership
+
+
+def visible_projects(session: Session, *, user: User) -> list[tuple[Project, Role | None]]:
+    """Projects the user may see, with their role (None for an admin who is not a member)."""
+    roles = {
+        m.project_id: m.role
+        for m in session.scalars(select(Membership).where(Membership.user_id == user.id))
+    }
+    query = select(Project).order_by(Project.name)
+    if not user.is_admin:
+        query = query.where(Project.id.in_(roles))
+    return [(p, roles.get(p.id)) for p in session.scalars(query)]
+
+
+def list_projects(session: Session) -> list[Project]:
+    return list(session.scalars(select(Project).order_by(Project.name)))

@@ -1,0 +1,93 @@
+"""`tbhub serve`: the control plane (uvicorn), the supervisor and the nginx master, together."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import resource
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+
+from tbhub.db import upgrade
+from tbhub.errors import ConfigError
+from tbhub.main import build_context, create_app
+from tbhub.nginx import NginxMaster
+from tbhub.settings import Settings, prepare_runtime
+from tbhub.supervisor.backends.local import LocalBackend
+from tbhub.supervisor.loop import Supervisor
+
+log = logging.getLogger("tbhub")
+
+
+def raise_open_file_limit() -> None:
+    """RustBoard keeps one descriptor per live event file (TensorBoard #4955); boards inherit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def hold_data_dir_lock(data_dir: Path) -> IO[str]:
+    """One `tbhub serve` per data dir: its supervisor is the only one to run boards there."""
+    handle = open(data_dir / "serve.lock", "a+")  # noqa: SIM115 - held for the process lifetime
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        raise ConfigError(
+            f"another `tbhub serve` (pid {handle.read().strip() or '?'}) uses {data_dir}; "
+            "stop it first or point TBHUB_DATA_DIR elsewhere"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def serve(settings: Settings, *, with_nginx: bool = True) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    prepare_runtime(settings)
+    lock = hold_data_dir_lock(settings.data_dir)
+    upgrade(settings.db_url)
+    raise_open_file_limit()
+
+    backend = LocalBackend(
+        state_dir=settings.data_dir / "boards",
+        owner=str(settings.data_dir),
+        tensorboard_bin=settings.tensorboard_bin,
+        stop_grace=settings.board_stop_grace,
+    )
+    context = build_context(settings)
+    supervisor = Supervisor(
+        factory=context.factory,
+        backend=backend,
+        tracker=context.tracker,
+        storage_root=str(settings.storage),
+        idle_timeout=settings.idle_timeout,
+        start_timeout=settings.board_start_timeout,
+        interval=settings.reconcile_interval,
+    )
+    context.wake_supervisor = supervisor.wake
+    nginx = NginxMaster(settings) if with_nginx else None
+    app = create_app(context, supervisor=supervisor, on_shutdown=(nginx.stop,) if nginx else ())
+    try:
+        if nginx is not None:
+            nginx.start()
+            log.info("nginx listens on http://%s:%d", settings.http_host, settings.http_port)
+        log.info("open %s", settings.public_url)
+        uvicorn.run(
+            app,
+            host="127.0.0.1",
+            port=settings.api_port,
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+        )
+    finally:
+        if nginx is not None:
+            nginx.stop()
+        lock.close()

@@ -1,0 +1,185 @@
+"""The one Settings class: `TBHUB_*` environment variables, then an optional tbhub.toml."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from tbhub.errors import ConfigError
+from tbhub.storage.fstype import is_network_filesystem
+
+# Secrets that appear in docs and examples; a deployment using one is not protected.
+KNOWN_DEFAULT_SECRETS = frozenset({"changeme", "change-me", "secret", "tbhub", "default", "dev"})
+MIN_SECRET_LENGTH = 32
+
+
+def _config_file() -> Path:
+    return Path(os.environ.get("TBHUB_CONFIG", "tbhub.toml"))
+
+
+def _default_tensorboard_bin() -> str:
+    beside_python = Path(sys.executable).with_name("tensorboard")
+    return str(beside_python) if beside_python.exists() else "tensorboard"
+
+
+class Settings(BaseSettings):
+    """Every setting tbhub reads. Documented field by field in README.md#configuration."""
+
+    model_config = SettingsConfigDict(env_prefix="TBHUB_", extra="forbid")
+
+    data_dir: Path = Field(
+        default=Path("tbhub-data"),
+        description="Where tbhub keeps its database (SQLite), secret key, nginx config and "
+        "board state. Must be a local disk.",
+    )
+    storage_root: Path | None = Field(
+        default=None,
+        description="Root of the log tree: <storage_root>/<project>/<run>/. "
+        "Defaults to <data_dir>/storage.",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL. Defaults to SQLite at <data_dir>/tbhub.sqlite3; "
+        "use postgresql+psycopg://... for several replicas.",
+    )
+    public_url: str = Field(
+        default="http://127.0.0.1:8080", description="The address people open in a browser."
+    )
+    http_host: str = Field(default="127.0.0.1", description="Address nginx listens on.")
+    http_port: int = Field(default=8080, ge=1, le=65535, description="Port nginx listens on.")
+    api_port: int = Field(
+        default=8081,
+        ge=1,
+        le=65535,
+        description="Loopback port of the control plane behind nginx.",
+    )
+    idle_timeout: float = Field(
+        default=900.0, gt=0, description="Seconds without a request before a board is stopped."
+    )
+    board_start_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds a board may take to become ready."
+    )
+    board_stop_grace: float = Field(
+        default=5.0, gt=0, description="Seconds to wait after each signal (INT, TERM) on stop."
+    )
+    reconcile_interval: float = Field(
+        default=5.0, gt=0, description="Seconds between supervisor passes when nothing waits."
+    )
+    session_max_age: int = Field(
+        default=12 * 3600, gt=0, description="Seconds a sign-in session lasts."
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="Signs session cookies. Generated into <data_dir>/secret_key when unset.",
+    )
+    nginx_bin: str = Field(default="nginx", description="Path to the nginx binary.")
+    tensorboard_bin: str = Field(
+        default_factory=_default_tensorboard_bin, description="Path to the tensorboard binary."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file())
+        return (init_settings, env_settings, toml)
+
+    @field_validator("secret_key")
+    @classmethod
+    def _refuse_weak_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        raw = value.get_secret_value()
+        if raw.lower() in KNOWN_DEFAULT_SECRETS or len(raw) < MIN_SECRET_LENGTH:
+            raise ValueError(
+                f"TBHUB_SECRET_KEY is a known default or shorter than {MIN_SECRET_LENGTH} "
+                "characters; unset it to have one generated, or use `openssl rand -hex 32`"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _resolve_paths(self) -> Settings:
+        self.data_dir = self.data_dir.expanduser().absolute()
+        if self.storage_root is None:
+            self.storage_root = self.data_dir / "storage"
+        self.storage_root = self.storage_root.expanduser().absolute()
+        if self.database_url is None:
+            self.database_url = f"sqlite:///{self.data_dir / 'tbhub.sqlite3'}"
+        return self
+
+    # Typed accessors: the validator above guarantees both are set.
+    @property
+    def storage(self) -> Path:
+        assert self.storage_root is not None
+        return self.storage_root
+
+    @property
+    def db_url(self) -> str:
+        assert self.database_url is not None
+        return self.database_url
+
+    @property
+    def api_address(self) -> str:
+        return f"127.0.0.1:{self.api_port}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings; turn validation failures into one ConfigError naming each field."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+def prepare_runtime(settings: Settings) -> Settings:
+    """Create the data dir, refuse SQLite on network storage, and fill in the secret key."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.storage.mkdir(parents=True, exist_ok=True)
+    if settings.db_url.startswith("sqlite") and is_network_filesystem(settings.data_dir):
+        raise ConfigError(
+            f"the data dir {settings.data_dir} is on a network filesystem, where SQLite "
+            "corrupts under concurrent access; set TBHUB_DATA_DIR to a local disk or "
+            "TBHUB_DATABASE_URL to PostgreSQL"
+        )
+    if settings.secret_key is None:
+        settings.secret_key = SecretStr(_read_or_create_secret(settings.data_dir / "secret_key"))
+    return settings
+
+
+def _read_or_create_secret(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    secret = secrets.token_hex(32)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    os.replace(tmp, path)
+    return secret
+
+
+def which_or_none(binary: str) -> str | None:
+    return shutil.which(binary)

@@ -1,0 +1,42 @@
+"""The contract every board backend keeps (DESIGN.md, decision 2).
+
+Backends get specs and hand back `Instance`s; they never see a database session. Instances
+carry labels (a state file and environment, or container labels) so that a restarted
+supervisor adopts the boards still alive and reaps the ones it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tbhub.supervisor.plan import BoardSpec, Instance
+
+
+class Backend(Protocol):
+    def start(self, spec: BoardSpec) -> Instance:
+        """Launch a board and return at once; readiness is observed later."""
+        ...
+
+    def stop(self, instance: Instance) -> None:
+        """Stop it: SIGINT, then SIGTERM, then SIGKILL, each after a bounded wait."""
+        ...
+
+    def list(self) -> list[Instance]:
+        """Every instance this backend started and still remembers, alive or not."""
+        ...
+
+    def forget(self, instance: Instance) -> None:
+        """Drop the labels of an instance that has exited."""
+        ...
+
+    def memory_bytes(self, instance: Instance) -> int:
+        """Proportional set size (PSS) of the instance: shared pages split, not double-counted."""
+        ...
+
+    def reap_unknown(self) -> list[str]:
+        """Stop instances that carry this installation's label but that no state knows of."""
+        ...
+
+    def log_tail(self, instance: Instance, lines: int = 20) -> str:
+        """The last lines the board printed, to explain a failure."""
+        ...

@@ -1,0 +1,197 @@
+"""Boards as local subprocesses: one TensorBoard per project, each in its own session.
+
+Labels: a state file `<state_dir>/<instance_id>.json` (PID, start time, spec fingerprint,
+port) and the environment variables TBHUB_OWNER / TBHUB_INSTANCE, which let a restarted
+supervisor find processes whose state file was never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+from tbhub.processes import ProcessRef, group_pss_bytes, stop_group
+from tbhub.supervisor.plan import BoardSpec, Instance
+
+OWNER_ENV = "TBHUB_OWNER"
+INSTANCE_ENV = "TBHUB_INSTANCE"
+# TensorBoard prints this once it listens; with --port 0 it is how we learn the port.
+READY_LINE = re.compile(rb"TensorBoard \S+ at http://([^/\s]+)/")
+
+
+@dataclass
+class BoardState:
+    """What the state file of one board process records."""
+
+    instance_id: str
+    project: str
+    fingerprint: str
+    pid: int
+    create_time: float
+    started_at: float
+    upstream: str | None = None
+
+    @property
+    def ref(self) -> ProcessRef:
+        return ProcessRef(pid=self.pid, create_time=self.create_time)
+
+    def instance(self, *, alive: bool) -> Instance:
+        return Instance(
+            instance_id=self.instance_id,
+            project=self.project,
+            fingerprint=self.fingerprint,
+            started_at=self.started_at,
+            alive=alive,
+            upstream=self.upstream,
+        )
+
+
+class LocalBackend:
+    def __init__(
+        self, *, state_dir: Path, owner: str, tensorboard_bin: str, stop_grace: float
+    ) -> None:
+        self.state_dir = state_dir
+        self.owner = owner
+        self.tensorboard_bin = tensorboard_bin
+        self.stop_grace = stop_grace
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Children we started ourselves; polling them reaps their zombies.
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def command(self, spec: BoardSpec) -> list[str]:
+        return [
+            self.tensorboard_bin,
+            "--logdir", spec.logdir,
+            "--load_fast=true",
+            "--path_prefix", spec.path_prefix,
+            "--host", "127.0.0.1",
+            "--port", "0",
+            "--reload_interval", str(spec.reload_interval),
+            *spec.extra_args,
+        ]  # fmt: skip
+
+    def start(self, spec: BoardSpec) -> Instance:
+        instance_id = f"{spec.project}-{uuid.uuid4().hex[:8]}"
+        log_path = self._log_path(instance_id)
+        env = {**os.environ, OWNER_ENV: self.owner, INSTANCE_ENV: instance_id}
+        with open(log_path, "wb") as log:
+            child = subprocess.Popen(
+                self.command(spec),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._children[instance_id] = child
+        ref = ProcessRef.of(child.pid)
+        state = BoardState(
+            instance_id=instance_id,
+            project=spec.project,
+            fingerprint=spec.fingerprint,
+            pid=ref.pid,
+            create_time=ref.create_time,
+            started_at=time.time(),
+        )
+        self._write_state(state)
+        return state.instance(alive=True)
+
+    def stop(self, instance: Instance) -> None:
+        state = self._read_state(instance.instance_id)
+        if state is not None:
+            stop_group(state.ref, grace=self.stop_grace, label=self._label(instance))
+        self.forget(instance)
+
+    def list(self) -> list[Instance]:
+        instances = []
+        for path in sorted(self.state_dir.glob("*.json")):
+            state = self._read_state(path.stem)
+            if state is None:
+                continue
+            self._reap_child(state.instance_id)
+            alive = state.ref.is_alive()
+            if alive and state.upstream is None:
+                state.upstream = self._find_upstream(state.instance_id)
+                if state.upstream is not None:
+                    self._write_state(state)
+            instances.append(state.instance(alive=alive))
+        return instances
+
+    def forget(self, instance: Instance) -> None:
+        self._reap_child(instance.instance_id)
+        self._state_path(instance.instance_id).unlink(missing_ok=True)
+        self._log_path(instance.instance_id).unlink(missing_ok=True)
+
+    def memory_bytes(self, instance: Instance) -> int:
+        state = self._read_state(instance.instance_id)
+        return group_pss_bytes(state.ref, self._label(instance)) if state else 0
+
+    def reap_unknown(self) -> list[str]:
+        known = {p.stem for p in self.state_dir.glob("*.json")}
+        reaped = []
+        for process in psutil.process_iter():
+            try:
+                environ = process.environ()
+                if environ.get(OWNER_ENV) != self.owner or os.getpgid(process.pid) != process.pid:
+                    continue
+                instance_id = environ.get(INSTANCE_ENV, "")
+                ref = ProcessRef(pid=process.pid, create_time=process.create_time())
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                continue
+            if instance_id and instance_id not in known:
+                stop_group(ref, grace=self.stop_grace, label=(INSTANCE_ENV, instance_id))
+                reaped.append(instance_id)
+        return reaped
+
+    def log_tail(self, instance: Instance, lines: int = 20) -> str:
+        try:
+            text = self._log_path(instance.instance_id).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- labels and state files ------------------------------------------------------------
+
+    def _label(self, instance: Instance) -> tuple[str, str]:
+        return (INSTANCE_ENV, instance.instance_id)
+
+    def _state_path(self, instance_id: str) -> Path:
+        return self.state_dir / f"{instance_id}.json"
+
+    def _log_path(self, instance_id: str) -> Path:
+        return self.state_dir / f"{instance_id}.log"
+
+    def _read_state(self, instance_id: str) -> BoardState | None:
+        try:
+            return BoardState(**json.loads(self._state_path(instance_id).read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _write_state(self, state: BoardState) -> None:
+        path = self._state_path(state.instance_id)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state)))
+        os.replace(tmp, path)
+
+    def _find_upstream(self, instance_id: str) -> str | None:
+        try:
+            with open(self._log_path(instance_id), "rb") as log:
+                match = READY_LINE.search(log.read(64 * 1024))
+        except OSError:
+            return None
+        return match.group(1).decode() if match else None
+
+    def _reap_child(self, instance_id: str) -> None:
+        """Collect the exit status of a child we started, so it leaves no zombie."""
+        child = self._children.get(instance_id)
+        if child is not None and child.poll() is not None:
+            del self._children[instance_id]

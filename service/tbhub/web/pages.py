@@ -1,0 +1,88 @@
+"""Server-rendered pages: sign-in, sign-out and the project list."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse, Response
+
+from tbhub.api.deps import ContextDep, OptionalUser, SessionDep
+from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
+from tbhub.errors import Forbidden, NotAuthenticated
+from tbhub.projects import visible_projects
+from tbhub.users import authenticate
+from tbhub.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+def safe_next(target: str | None) -> str:
+    """Redirect only to a local path: never to another host (`//evil`, `/\\evil`, `https:`)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _with_csrf(
+    request: Request, name: str, context: dict[str, Any], status_code: int = 200
+) -> Response:
+    token = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
+    response = render(request, name, {**context, "csrf_token": token}, status_code=status_code)
+    if request.cookies.get(CSRF_COOKIE) != token:
+        secure = request.app.state.context.settings.public_url.startswith("https://")
+        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", secure=secure)
+    return response
+
+
+@router.get("/")
+def home(request: Request, user: OptionalUser, session: SessionDep) -> Response:
+    if user is None:
+        return RedirectResponse("/auth/login", status_code=302)
+    projects = visible_projects(session, user=user)
+    return _with_csrf(request, "home.html", {"user": user, "projects": projects})
+
+
+@router.get("/auth/login")
+def login_form(request: Request, next: str = "/") -> Response:
+    return _with_csrf(request, "login.html", {"next": safe_next(next), "error": None})
+
+
+@router.post("/auth/login")
+def login(
+    request: Request,
+    context: ContextDep,
+    session: SessionDep,
+    username: Annotated[str, Form()],
+    password: Annotated[str, Form()],
+    csrf_token: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
+        raise Forbidden("the sign-in form expired; reload the page and sign in again")
+    try:
+        user = authenticate(session, name=username, password=password)
+    except NotAuthenticated as exc:
+        return _with_csrf(
+            request, "login.html", {"next": safe_next(next), "error": exc.message}, status_code=401
+        )
+    response = RedirectResponse(safe_next(next), status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        context.signer.issue(user.id),
+        max_age=context.settings.session_max_age,
+        httponly=True,
+        samesite="lax",
+        secure=context.settings.public_url.startswith("https://"),
+        path="/",
+    )
+    return response
+
+
+@router.post("/auth/logout")
+def logout(request: Request, csrf_token: Annotated[str, Form()] = "") -> Response:
+    if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
+        raise Forbidden("the sign-out form expired; reload the page and try again")
+    response = RedirectResponse("/auth/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
