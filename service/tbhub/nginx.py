@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -41,6 +43,15 @@ def config_path(settings: Settings) -> Path:
     return nginx_dir(settings) / "nginx.conf"
 
 
+def worker_user(data_dir: Path) -> str | None:
+    """As root, nginx workers would drop to `nobody`, who cannot reach a private data dir
+    for cache and temp files: run them as the data dir's owner instead."""
+    if os.geteuid() != 0:
+        return None
+    stat = data_dir.stat()
+    return f"{pwd.getpwuid(stat.st_uid).pw_name} {grp.getgrgid(stat.st_gid).gr_name}"
+
+
 def render_config(settings: Settings) -> str:
     template_text = nginx_template().read_text()
     template = jinja2.Environment(
@@ -49,6 +60,7 @@ def render_config(settings: Settings) -> str:
     base = nginx_dir(settings)
     return template.render(
         worker_processes=max(1, min(os.cpu_count() or 1, 4)),
+        worker_user=worker_user(settings.data_dir),
         run_dir=base,
         log_dir=base / "logs",
         tmp_dir=base / "tmp",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
@@ -9,8 +11,12 @@ from tbhub.errors import InvalidInput
 
 _hasher = PasswordHasher()
 MIN_PASSWORD_LENGTH = 8
-# Checked against when the user does not exist, so a wrong name costs as long as a wrong password.
-_DUMMY_HASH = _hasher.hash("tbhub-dummy-password-for-timing")
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked when the user does not exist, so a wrong name costs as long as a wrong password."""
+    return _hasher.hash("tbhub-dummy-password-for-timing")
 
 
 def hash_password(password: str) -> str:
@@ -21,6 +27,6 @@ def hash_password(password: str) -> str:
 
 def verify_password(password_hash: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
     except (VerificationError, InvalidHashError):
         return False

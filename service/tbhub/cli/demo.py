@@ -44,7 +44,7 @@ def _ensure_project(session: Session, settings: Settings) -> bool:
 
 
 @handle_errors
-def demo() -> None:
+def run_demo() -> None:
     """Set up a demo admin and project with sample runs, then serve."""
     settings = runtime_settings()
     upgrade(settings.db_url)

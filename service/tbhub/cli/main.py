@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from tbhub.cli import admin, demo
+from tbhub.cli import admin
 from tbhub.cli.common import handle_errors, out_console, runtime_settings
-from tbhub.db import upgrade
-from tbhub.nginx import write_config
-from tbhub.server import serve as run_server
 from tbhub.settings import load_settings
 
 app = typer.Typer(
@@ -21,7 +18,14 @@ nginx_app = typer.Typer(help="The nginx config tbhub ships.", no_args_is_help=Tr
 app.add_typer(db_app, name="db")
 app.add_typer(nginx_app, name="nginx")
 app.add_typer(admin.app, name="admin")
-app.command("demo")(demo.demo)
+
+
+@app.command()
+def demo() -> None:
+    """Set up a demo admin and project with sample runs, then serve."""
+    from tbhub.cli.demo import run_demo  # heavy imports only for the commands that need them
+
+    run_demo()
 
 
 @app.command()
@@ -30,6 +34,8 @@ def serve(
     no_nginx: bool = typer.Option(False, "--no-nginx", help="Run without the nginx master."),
 ) -> None:
     """Run the control plane, the board supervisor and nginx until SIGINT/SIGTERM."""
+    from tbhub.server import serve as run_server
+
     run_server(load_settings(), with_nginx=not no_nginx)
 
 
@@ -37,6 +43,8 @@ def serve(
 @handle_errors
 def db_upgrade() -> None:
     """Apply every pending migration."""
+    from tbhub.db import upgrade
+
     settings = runtime_settings()
     upgrade(settings.db_url)
     out_console.print("database schema is up to date")
@@ -46,6 +54,8 @@ def db_upgrade() -> None:
 @handle_errors
 def nginx_render() -> None:
     """Write the nginx config into <data_dir>/nginx/nginx.conf."""
+    from tbhub.nginx import write_config
+
     path = write_config(runtime_settings())
     out_console.print(f"wrote {path}")
 

@@ -1,0 +1,381 @@
+"""What bench/cold_start.py and bench/warm_throughput.py share.
+
+- sample data, generated once with tbhub.sample_logs and cached under the temp dir;
+- processes started in their own session and stopped by process group, never by name;
+- a real `tbhub serve` (control plane, supervisor, nginx) on ports picked in 19000-19499,
+  with a user and a project created through the `tbhub admin` CLI and a signed-in session;
+- a bare TensorBoard on the same logdir, for comparison;
+- small statistics and report helpers.
+
+Everything listens on and talks to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from tbhub.sample_logs import write_project
+
+HOST = "127.0.0.1"
+PORT_RANGE = range(19000, 19500)
+BIN_DIR = Path(sys.executable).parent
+TBHUB_BIN = str(BIN_DIR / "tbhub")
+TENSORBOARD_BIN = str(BIN_DIR / "tensorboard")
+CACHE_ROOT = Path(tempfile.gettempdir()) / "tbhub-bench-cache"
+
+PROJECT = "bench"
+USER = "bench"
+PASSWORD = "bench-password-not-secret"
+
+
+# -- ports ------------------------------------------------------------------------------------
+
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A port in 19000-19499 nothing listens on now and this process has not handed out."""
+    candidates = [p for p in PORT_RANGE if p not in _handed_out]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket() as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}")
+
+
+# -- sample data ------------------------------------------------------------------------------
+
+
+def cached_logdir(*, runs: int, steps: int, tags: int) -> tuple[Path, list[str]]:
+    """`<cache>/r<runs>-s<steps>-t<tags>/bench/`, holding `runs` runs; written on first use.
+
+    The parent directory doubles as a tbhub storage root (its project `bench` is the logdir).
+    Returns the logdir and the run names.
+    """
+    key = f"r{runs}-s{steps}-t{tags}"
+    root = CACHE_ROOT / key
+    names = [f"run-{i:02d}" for i in range(runs)]
+    if (root / "complete").exists():
+        return root / PROJECT, names
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE_ROOT))
+    try:
+        started = time.monotonic()
+        log(f"writing sample data {key} into {root} (once; cached for later runs) ...")
+        written = write_project(staging / PROJECT, runs=runs, steps=steps, tags=tags, prefix="run")
+        assert written == names, (written, names)
+        (staging / "complete").write_text(f"{runs} runs x {steps} steps x {tags} tags\n")
+        shutil.rmtree(root, ignore_errors=True)  # a half-written copy from an interrupted run
+        staging.rename(root)
+        log(f"  done in {time.monotonic() - started:.1f}s")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root / PROJECT, names
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """A child started in its own session; its PID is also its process-group id."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, *, sig: signal.Signals = signal.SIGTERM, grace: float = 30.0) -> None:
+        """Signal the whole group, wait for the leader, then SIGKILL whatever is left."""
+        if self.alive():
+            _killpg(self.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace)
+        # Members that outlived the leader (or a leader that ignored `sig`).
+        _killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def spawn(
+    name: str, command: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None
+) -> Group:
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    return Group(name=name, process=process, log_path=log_path)
+
+
+@contextlib.contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# -- HTTP -------------------------------------------------------------------------------------
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    alive: Callable[[], bool] = lambda: True,
+) -> float:
+    """Call `predicate` every `interval` s until it holds; return the seconds it took."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        if predicate():
+            return time.monotonic() - started
+        if not alive():
+            raise RuntimeError(f"the process died while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def runs_listed(client: httpx.Client, url: str, expected: Sequence[str]) -> Callable[[], bool]:
+    """A predicate: GET `url` answers 200 with a JSON list holding every expected run."""
+    want = set(expected)
+
+    def check() -> bool:
+        try:
+            response = client.get(url)
+        except httpx.HTTPError:
+            return False
+        if response.status_code != 200:
+            return False
+        try:
+            runs = response.json()
+        except ValueError:
+            return False
+        return isinstance(runs, list) and want <= set(runs)
+
+    return check
+
+
+def answers_200(client: httpx.Client, url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            return client.get(url).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return check
+
+
+# -- tbhub serve ------------------------------------------------------------------------------
+
+
+@dataclass
+class Tbhub:
+    """One tbhub installation in `root` (its data dir), serving `storage_root`."""
+
+    root: Path
+    storage_root: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    http_port: int = field(default_factory=free_port)
+    api_port: int = field(default_factory=free_port)
+    server: Group | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "TBHUB_DATA_DIR": str(self.data_dir),
+            "TBHUB_STORAGE_ROOT": str(self.storage_root),
+            "TBHUB_HTTP_HOST": HOST,
+            "TBHUB_HTTP_PORT": str(self.http_port),
+            "TBHUB_API_PORT": str(self.api_port),
+            "TBHUB_PUBLIC_URL": self.base_url,
+            # Never pick up a tbhub.toml from the working directory.
+            "TBHUB_CONFIG": str(self.root / "no-such-tbhub.toml"),
+            **self.extra_env,
+        }
+
+    def cli(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [TBHUB_BIN, *args],
+            input=stdin,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            start_new_session=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"tbhub {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result.stdout
+
+    def set_up(self) -> None:
+        """Schema, the bench user and the bench project (owned by it)."""
+        self.cli("db", "upgrade")
+        self.cli("admin", "user", "create", USER, "--password-stdin", stdin=PASSWORD + "\n")
+        self.cli("admin", "project", "create", PROJECT, "--owner", USER)
+
+    def start(self, timeout: float = 60.0) -> float:
+        """Start `tbhub serve`; return once /healthz answers 200 through nginx."""
+        assert self.server is None or not self.server.alive(), "already running"
+        self.server = spawn(
+            "tbhub serve", [TBHUB_BIN, "serve"], log_path=self.root / "serve.log", env=self.env
+        )
+        server = self.server
+        with httpx.Client(timeout=1.0) as client:
+            try:
+                return wait_for(
+                    answers_200(client, f"{self.base_url}/healthz"),
+                    timeout=timeout,
+                    what="tbhub serve to answer /healthz through nginx",
+                    alive=server.alive,
+                )
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}; its log ends:\n{server.log_tail()}") from None
+
+    def stop(self) -> None:
+        """SIGTERM to the serve process group (it stops its boards and nginx), then leftovers."""
+        try:
+            if self.server is not None:
+                self.server.stop(sig=signal.SIGTERM, grace=40.0)
+        finally:
+            self.reap_leftovers()
+
+    def reap_leftovers(self) -> None:
+        """Boards and the nginx master live in their own sessions. If serve died without
+        stopping them, stop their groups, found by PID + start time in tbhub's state files."""
+        records = [*self.data_dir.glob("boards/*.json"), self.data_dir / "nginx" / "master.json"]
+        for record in records:
+            try:
+                state = json.loads(record.read_text())
+                pid, create_time = int(state["pid"]), float(state["create_time"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if _same_process(pid, create_time):
+                log(f"  stopping leftover process group {pid} ({record.name})")
+                _killpg(pid, signal.SIGKILL)
+
+    def sign_in(self) -> str:
+        """The tbhub_session cookie for the bench user, via the sign-in form."""
+        with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
+            client.get("/auth/login").raise_for_status()
+            response = client.post(
+                "/auth/login",
+                data={
+                    "username": USER,
+                    "password": PASSWORD,
+                    "csrf_token": client.cookies["tbhub_csrf"],
+                    "next": "/",
+                },
+            )
+            if response.status_code != 303:
+                raise RuntimeError(f"sign-in failed: {response.status_code} {response.text}")
+            return str(client.cookies["tbhub_session"])
+
+    def board_upstream(self) -> str:
+        """host:port of the running board, from its state file."""
+        for record in sorted(self.data_dir.glob("boards/*.json")):
+            upstream = json.loads(record.read_text()).get("upstream")
+            if upstream:
+                return str(upstream)
+        raise RuntimeError(f"no board state file with an upstream in {self.data_dir / 'boards'}")
+
+    def board_url(self, path: str) -> str:
+        return f"{self.base_url}/boards/{PROJECT}/{path.lstrip('/')}"
+
+
+def _same_process(pid: int, create_time: float) -> bool:
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - create_time) < 0.01
+    except psutil.Error:
+        return False
+
+
+# -- bare TensorBoard -------------------------------------------------------------------------
+
+
+def bare_tensorboard(logdir: Path, port: int, log_path: Path) -> Group:
+    """`tensorboard --logdir <logdir> --load_fast=true --port <port> --host 127.0.0.1`."""
+    command = [
+        TENSORBOARD_BIN,
+        "--logdir", str(logdir),
+        "--load_fast=true",
+        "--port", str(port),
+        "--host", HOST,
+    ]  # fmt: skip
+    return spawn("tensorboard", command, log_path=log_path)
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def emit_json(data: dict[str, Any], stream: IO[str] = sys.stdout) -> None:
+    json.dump(data, stream, indent=2)
+    stream.write("\n")

@@ -1,0 +1,224 @@
+"""Warm throughput: a ready board through tbhub's nginx gate versus the board directly.
+
+What it measures: with the board of project `bench` running and ready,
+`wrk -t2 -c16 -d10s -H 'Cookie: tbhub_session=<signed-in session>'` against
+
+- direct: the board's own address, `http://<upstream>/boards/bench/data/environment`, where
+  <upstream> comes from the board state file `<data_dir>/boards/*.json`;
+- nginx: `http://127.0.0.1:<nginx port>/boards/bench/data/environment`, i.e. nginx, its
+  auth_request hook (answers cached by nginx for a few seconds) and the proxy to the board.
+
+Runs alternate direct, nginx, direct, ... (5 of each by default) after one short unmeasured
+warm-up of each. Reported: requests/s of every run, the medians and
+median(nginx) / median(direct); the target is >= 0.9x. Any non-2xx/3xx answer or socket error
+that wrk reports is shown, and a run with non-2xx answers through nginx fails the check;
+before measuring, the script checks that nginx answers 200 with the same JSON as the board.
+As a hint of whether nginx's auth cache works, it also reports the CPU seconds `tbhub serve`
+(the control plane that answers the hook) used during each nginx run: close to zero when
+the cache hits, about a second or more per thousand requests when every request reaches it.
+
+Data: 3 runs x 100 steps x 5 tags (tbhub.sample_logs), cached under
+$TMPDIR/tbhub-bench-cache/.
+
+Run it from the repository root (`make bench` runs bench/cold_start.py, then this):
+
+    .venv/bin/python bench/warm_throughput.py [--runs 5] [--duration 10] [--json]
+
+Needs nginx and wrk on PATH. Uses ports 19000-19499 on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from _harness import (
+    PROJECT,
+    Tbhub,
+    answers_200,
+    cached_logdir,
+    emit_json,
+    log,
+    median,
+    spawn,
+    temp_dir,
+    wait_for,
+)
+
+RUNS, STEPS, TAGS = 3, 100, 5
+THREADS, CONNECTIONS = 2, 16
+PATH = "data/environment"
+TARGET_RATIO = 0.9
+
+
+@dataclass
+class WrkResult:
+    kind: str  # "direct" or "nginx"
+    index: int
+    requests_per_s: float
+    requests: int
+    non_2xx_3xx: int
+    socket_errors: str | None
+    serve_cpu_s: float | None = None  # CPU time of `tbhub serve` during the run
+
+
+def run_wrk(
+    url: str, cookie: str, duration: int, work: Path, label: str
+) -> tuple[float, int, int, str | None]:
+    """requests/s, requests, non-2xx/3xx answers and socket errors of one wrk run."""
+    command = [
+        "wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s",
+        "-H", f"Cookie: tbhub_session={cookie}",
+        url,
+    ]  # fmt: skip
+    wrk = spawn("wrk", command, log_path=work / f"wrk-{label}.log")
+    try:
+        code = wrk.process.wait(timeout=duration + 60)
+    finally:
+        wrk.stop()
+    output = wrk.log_path.read_text(errors="replace")
+    rate = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in", output, re.MULTILINE)
+    if code != 0 or rate is None or total is None:
+        raise RuntimeError(f"wrk failed (exit {code}):\n{output}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors:\s+(.+)", output)
+    return (
+        float(rate.group(1)),
+        int(total.group(1)),
+        int(non_2xx.group(1)) if non_2xx else 0,
+        errors.group(1).strip() if errors else None,
+    )
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def check_same_answer(direct_url: str, nginx_url: str, cookie: str) -> None:
+    """nginx must answer 200 with the board's own JSON, not the control plane's fallback."""
+    headers = {"Cookie": f"tbhub_session={cookie}"}
+    direct = httpx.get(direct_url, headers=headers, timeout=10.0)
+    proxied = httpx.get(nginx_url, headers=headers, timeout=10.0)
+    if direct.status_code != 200 or proxied.status_code != 200:
+        raise RuntimeError(f"direct {direct.status_code}, nginx {proxied.status_code}")
+    if direct.json() != proxied.json():
+        raise RuntimeError(f"nginx answered {proxied.text!r}, the board {direct.text!r}")
+
+
+def measure(repeats: int, duration: int, warmup: int) -> tuple[list[WrkResult], dict[str, str]]:
+    cached, _names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
+    results: list[WrkResult] = []
+    with temp_dir("tbhub-bench-warm.") as work:
+        storage = work / "storage"
+        shutil.copytree(cached, storage / PROJECT)
+        hub = Tbhub(root=work / "tbhub", storage_root=storage)
+        hub.root.mkdir()
+        try:
+            hub.set_up()
+            hub.start()
+            cookie = hub.sign_in()
+            nginx_url = hub.board_url(PATH)
+            headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
+            with httpx.Client(timeout=5.0, headers=headers) as client:
+                wait_for(
+                    answers_200(client, nginx_url),
+                    timeout=180.0,
+                    what="the board to answer through nginx",
+                    interval=0.2,
+                )
+            direct_url = f"http://{hub.board_upstream()}/boards/{PROJECT}/{PATH}"
+            check_same_answer(direct_url, nginx_url, cookie)
+            assert hub.server is not None
+            serve = psutil.Process(hub.server.pid)
+            urls = {"direct": direct_url, "nginx": nginx_url}
+            log(f"direct: {direct_url}\nnginx:  {nginx_url}")
+            for kind, url in urls.items():
+                for i in range(warmup):
+                    run_wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}")
+            for index in range(1, repeats + 1):
+                for kind, url in urls.items():
+                    cpu_before = cpu_seconds(serve)
+                    rate, total, non_2xx, errors = run_wrk(
+                        url, cookie, duration, work, f"{kind}-{index}"
+                    )
+                    cpu = cpu_seconds(serve) - cpu_before
+                    result = WrkResult(
+                        kind, index, rate, total, non_2xx, errors,
+                        serve_cpu_s=round(cpu, 2) if kind == "nginx" else None,
+                    )  # fmt: skip
+                    results.append(result)
+                    log(
+                        f"run {index}/{repeats}: {kind:6} {rate:8.1f} req/s"
+                        f" ({total} requests, non-2xx/3xx {non_2xx}, socket errors {errors})"
+                        + (f", tbhub serve CPU {cpu:.2f}s" if kind == "nginx" else "")
+                    )
+        finally:
+            hub.stop()
+    return results, urls
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="measured wrk runs of each (>= 1)")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured short runs of each")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.duration < 1 or args.warmup < 0:
+        parser.error("--runs and --duration must be >= 1, --warmup >= 0")
+
+    results, urls = measure(args.runs, args.duration, args.warmup)
+    direct = [r for r in results if r.kind == "direct"]
+    nginx = [r for r in results if r.kind == "nginx"]
+    direct_median = median([r.requests_per_s for r in direct])
+    nginx_median = median([r.requests_per_s for r in nginx])
+    ratio = nginx_median / direct_median
+    all_ok = all(r.non_2xx_3xx == 0 for r in nginx)
+    summary = (
+        f"warm_throughput: direct median {direct_median:.1f} req/s, nginx median "
+        f"{nginx_median:.1f} req/s, ratio {ratio:.2f}x (n={args.runs})"
+    )
+    if args.json:
+        emit_json(
+            {
+                "benchmark": "warm_throughput",
+                "wrk": f"-t{THREADS} -c{CONNECTIONS} -d{args.duration}s",
+                "urls": urls,
+                "data": {"runs": RUNS, "steps": STEPS, "tags": TAGS},
+                "samples": [asdict(r) for r in results],
+                "direct_median_rps": direct_median,
+                "nginx_median_rps": nginx_median,
+                "ratio": ratio,
+                "nginx_all_2xx": all_ok,
+                "target_ratio_min": TARGET_RATIO,
+                "target_met": ratio >= TARGET_RATIO,
+                "n": args.runs,
+                "summary": summary,
+            }
+        )
+        return 0 if all_ok else 1
+    print(f"{'run':>4} {'direct req/s':>13} {'nginx req/s':>12} {'serve CPU s':>12}")
+    for d, n in zip(direct, nginx, strict=True):
+        cpu = n.serve_cpu_s or 0.0
+        print(f"{d.index:>4} {d.requests_per_s:13.1f} {n.requests_per_s:12.1f} {cpu:12.2f}")
+    print(
+        "nginx answers: "
+        + ("all 2xx/3xx" if all_ok else f"{sum(r.non_2xx_3xx for r in nginx)} non-2xx/3xx")
+    )
+    verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+    print(f"target: ratio >= {TARGET_RATIO:.1f}x: {verdict}")
+    print(summary)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""Run a real `tbhub serve` (nginx, supervisor, TensorBoard) for a test, and clean up after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psutil
+
+from sqlalchemy.orm import Session
+
+from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.processes import ProcessRef, stop_group
+from tbhub.projects import create_project
+from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
+from tbhub.users import create_user
+
+TBHUB = str(Path(sys.executable).with_name("tbhub"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def board_processes(data_dir: Path) -> list[psutil.Process]:
+    """Every live process carrying this installation's board label."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(OWNER_ENV) == str(data_dir):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+class TbhubServer:
+    def __init__(self, root: Path, database_url: str, **settings: str) -> None:
+        self.database_url = database_url
+        self.data_dir = root / "data"
+        self.storage = root / "storage"
+        self.http_port = free_port()
+        self.api_port = free_port()
+        self.env = {
+            **os.environ,
+            "TBHUB_DATA_DIR": str(self.data_dir),
+            "TBHUB_STORAGE_ROOT": str(self.storage),
+            "TBHUB_DATABASE_URL": database_url,
+            "TBHUB_HTTP_PORT": str(self.http_port),
+            "TBHUB_API_PORT": str(self.api_port),
+            "TBHUB_PUBLIC_URL": f"http://127.0.0.1:{self.http_port}",
+            "TBHUB_RECONCILE_INTERVAL": "1",
+            "TBHUB_BOARD_STOP_GRACE": "3",
+            "TBHUB_CONFIG": str(root / "absent.toml"),
+            **{f"TBHUB_{k.upper()}": v for k, v in settings.items()},
+        }
+        self.log_path = root / "serve.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.clients: list[httpx.Client] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def cli(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [TBHUB, *args], input=stdin, env=self.env, capture_output=True, text=True, timeout=60
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"tbhub {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
+        self.process = subprocess.Popen(
+            [TBHUB, "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+
+        def healthy() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"tbhub serve exited:\n{self.log()}")
+            try:
+                return httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, timeout=30, what="tbhub serve to answer /healthz through nginx")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        """SIGTERM, as an operator would; the server stops its boards and nginx."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            ref = ProcessRef.of(self.process.pid)
+            stop_group(ref, grace=20, signals=(signal.SIGTERM, signal.SIGKILL))
+        self.process.wait(timeout=5)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL the server process alone, leaving nginx and boards as a crash would."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=5)
+        self.process = None
+
+    def cleanup(self) -> None:
+        """Whatever happened in the test, leave no process of ours behind."""
+        print(f"--- tbhub serve log ({self.log_path}) ---\n{self.log()}")  # shown on failure
+        nginx_errors = self.data_dir / "nginx" / "logs" / "nginx-error.log"
+        if nginx_errors.exists():
+            print(f"--- nginx error log ---\n{nginx_errors.read_text(errors='replace')}")
+        for client in self.clients:
+            client.close()
+        try:
+            self.stop()
+        finally:
+            for process in board_processes(self.data_dir):
+                label = (INSTANCE_ENV, process.environ().get(INSTANCE_ENV, ""))
+                stop_group(ProcessRef(process.pid, process.create_time()), grace=2, label=label)
+            master = self.data_dir / "nginx" / "master.json"
+            if master.exists():
+                ref = ProcessRef(**json.loads(master.read_text()))
+                if ref.is_alive():
+                    stop_group(ref, grace=2, signals=(signal.SIGQUIT, signal.SIGKILL))
+
+    # -- users and sessions ---------------------------------------------------------------
+
+    @contextmanager
+    def db(self) -> Iterator[Session]:
+        """A session on the server's database, to seed it faster than the CLI would."""
+        upgrade(self.database_url)
+        engine = make_engine(self.database_url)
+        try:
+            with transaction(make_session_factory(engine)) as session:
+                yield session
+        finally:
+            engine.dispose()
+
+    def add_user(self, name: str, password: str, *, admin: bool = False) -> None:
+        with self.db() as session:
+            create_user(session, name=name, password=password, is_admin=admin, actor="test")
+
+    def add_project(self, name: str, *, owner: str | None = None) -> Path:
+        self.storage.mkdir(parents=True, exist_ok=True)
+        with self.db() as session:
+            create_project(session, name=name, storage_root=self.storage, owner=owner, actor="test")
+        return self.storage / name
+
+    def client(self) -> httpx.Client:
+        client = httpx.Client(base_url=self.base_url, timeout=10)
+        self.clients.append(client)
+        return client
+
+    def sign_in(self, name: str, password: str) -> httpx.Client:
+        client = self.client()
+        client.get("/auth/login")
+        response = client.post(
+            "/auth/login",
+            data={"username": name, "password": password, "csrf_token": client.cookies["tbhub_csrf"], "next": "/"},
+        )
+        assert response.status_code == 303, response.text
+        return client
