@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import psutil
-
 from sqlalchemy.orm import Session
 
 from tbhub.db import make_engine, make_session_factory, transaction, upgrade
@@ -83,7 +82,9 @@ class TbhubServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
-    def cli(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [TBHUB, *args], input=stdin, env=self.env, capture_output=True, text=True, timeout=60
         )
@@ -183,7 +184,12 @@ class TbhubServer:
         client.get("/auth/login")
         response = client.post(
             "/auth/login",
-            data={"username": name, "password": password, "csrf_token": client.cookies["tbhub_csrf"], "next": "/"},
+            data={
+                "username": name,
+                "password": password,
+                "csrf_token": client.cookies["tbhub_csrf"],
+                "next": "/",
+            },
         )
         assert response.status_code == 303, response.text
         return client

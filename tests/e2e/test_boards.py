@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import httpx
 import numpy as np
@@ -77,7 +78,9 @@ def test_non_member_is_forbidden(server: TbhubServer) -> None:
 def test_anonymous_browser_is_redirected_to_sign_in(server: TbhubServer) -> None:
     response = httpx.get(f"{server.base_url}/boards/vision/data/runs?x=1", headers=HTML)
     assert response.status_code == 302
-    assert response.headers["location"] == "/auth/login?next=%2Fboards%2Fvision%2Fdata%2Fruns%3Fx%3D1"
+    assert (
+        response.headers["location"] == "/auth/login?next=%2Fboards%2Fvision%2Fdata%2Fruns%3Fx%3D1"
+    )
 
 
 def test_anonymous_api_calls_get_401_json(server: TbhubServer) -> None:
@@ -101,7 +104,7 @@ def test_forged_session_cookie_counts_as_anonymous(server: TbhubServer) -> None:
 
 
 class _Decoy(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         _Decoy.hits.append(self.path)
@@ -124,7 +127,9 @@ def decoy() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_spoofed_board_headers_from_the_client_change_nothing(server: TbhubServer, decoy: str) -> None:
+def test_spoofed_board_headers_from_the_client_change_nothing(
+    server: TbhubServer, decoy: str
+) -> None:
     spoof = {"X-Board-Upstream": decoy, "X-Tbhub-Original-Uri": "/boards/vision/", **JSON}
     anonymous = httpx.get(f"{server.base_url}/boards/vision/data/runs", headers=spoof)
     assert anonymous.status_code == 401
@@ -155,7 +160,11 @@ def test_wrong_password_gets_one_generic_message(server: TbhubServer) -> None:
         client.get("/auth/login")
         response = client.post(
             "/auth/login",
-            data={"username": name, "password": "wrong-password", "csrf_token": client.cookies["tbhub_csrf"]},
+            data={
+                "username": name,
+                "password": "wrong-password",
+                "csrf_token": client.cookies["tbhub_csrf"],
+            },
         )
         assert response.status_code == 401
         assert "tbhub_session" not in response.cookies
@@ -163,7 +172,9 @@ def test_wrong_password_gets_one_generic_message(server: TbhubServer) -> None:
     assert messages[0] == messages[1] == "wrong user name or password; check both and try again"
 
 
-def test_idle_board_is_stopped_and_its_processes_are_gone(make_server: Callable[..., TbhubServer]) -> None:
+def test_idle_board_is_stopped_and_its_processes_are_gone(
+    make_server: Callable[..., TbhubServer],
+) -> None:
     server = make_server(idle_timeout="3")
     server.add_user("alice", "alice-password")
     write_project(server.add_project("vision", owner="alice"), runs=1, steps=10, tags=1)
@@ -173,7 +184,9 @@ def test_idle_board_is_stopped_and_its_processes_are_gone(make_server: Callable[
     processes = board_processes(server.data_dir)
     assert processes, "the board should run as labelled processes"
 
-    wait_until(lambda: not board_processes(server.data_dir), timeout=30, what="the idle board to stop")
+    wait_until(
+        lambda: not board_processes(server.data_dir), timeout=30, what="the idle board to stop"
+    )
     assert not any(p.is_running() and p.status() != "zombie" for p in processes)
     state = server.cli("admin", "project", "list", "--json").stdout
     assert '"board": "stopped"' in state

@@ -39,7 +39,9 @@ def started_server(make_server: Callable[..., TbhubServer]) -> TbhubServer:
     return server
 
 
-def test_restarted_supervisor_adopts_the_running_board(make_server: Callable[..., TbhubServer]) -> None:
+def test_restarted_supervisor_adopts_the_running_board(
+    make_server: Callable[..., TbhubServer],
+) -> None:
     server = started_server(make_server)
     before = board_groups(server)
     assert len(before) == 1
@@ -54,9 +56,11 @@ def test_restarted_supervisor_adopts_the_running_board(make_server: Callable[...
     assert gone(nginx_master), "the old nginx master is stopped"
 
 
-def test_board_without_a_state_file_is_reaped_on_restart(make_server: Callable[..., TbhubServer]) -> None:
+def test_board_without_a_state_file_is_reaped_on_restart(
+    make_server: Callable[..., TbhubServer],
+) -> None:
     server = started_server(make_server)
-    (orphan_id, orphan_pids), = board_groups(server).items()
+    ((orphan_id, orphan_pids),) = board_groups(server).items()
 
     server.kill()
     # As if the supervisor had died between starting the process and recording it.
@@ -73,7 +77,9 @@ def test_board_without_a_state_file_is_reaped_on_restart(make_server: Callable[.
     assert len(groups) == 1 and orphan_id not in groups
 
 
-def test_stopping_the_server_stops_its_boards_and_nginx(make_server: Callable[..., TbhubServer]) -> None:
+def test_stopping_the_server_stops_its_boards_and_nginx(
+    make_server: Callable[..., TbhubServer],
+) -> None:
     server = started_server(make_server)
     nginx_master = json.loads((server.data_dir / "nginx" / "master.json").read_text())["pid"]
     server.stop()

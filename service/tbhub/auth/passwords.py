@@ -27,6 +27,8 @@ def hash_password(password: str) -> str:
 
 def verify_password(password_hash: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
+        return (
+            _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
+        )
     except (VerificationError, InvalidHashError):
         return False

@@ -112,12 +112,13 @@ class LocalBackend:
         self.forget(instance)
 
     def list(self) -> list[Instance]:
+        for instance_id in list(self._children):
+            self._reap_child(instance_id)
         instances = []
         for path in sorted(self.state_dir.glob("*.json")):
             state = self._read_state(path.stem)
             if state is None:
                 continue
-            self._reap_child(state.instance_id)
             alive = state.ref.is_alive()
             if alive and state.upstream is None:
                 state.upstream = self._find_upstream(state.instance_id)

@@ -1,0 +1,124 @@
+"""The local subprocess backend with real processes: start, list, stop, adopt, reap."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tbhub.processes import ProcessRef
+from tbhub.sample_logs import write_run
+from tbhub.supervisor.backends.local import LocalBackend
+from tbhub.supervisor.loop import board_spec, probe_ready
+from tbhub.supervisor.plan import Instance
+
+STUBBORN = """\
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("TensorBoard 0.0 at http://127.0.0.1:1/ (Press CTRL+C to quit)", flush=True)
+time.sleep(600)
+"""
+
+
+def make_backend(tmp_path: Path, binary: str, grace: float = 5.0) -> LocalBackend:
+    return LocalBackend(
+        state_dir=tmp_path / "boards", owner=str(tmp_path), tensorboard_bin=binary, stop_grace=grace
+    )
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[LocalBackend]]:
+    backends: list[LocalBackend] = []
+    yield backends
+    for backend in backends:
+        for instance in backend.list():
+            backend.stop(instance)
+
+
+def wait_for(backend: LocalBackend, predicate: str, timeout: float = 60) -> Instance:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2) as client:
+        while time.monotonic() < deadline:
+            for instance in backend.list():
+                if predicate == "upstream" and instance.upstream:
+                    return instance
+                if predicate == "ready" and probe_ready(
+                    instance, f"/boards/{instance.project}", client
+                ):
+                    return instance
+            time.sleep(0.1)
+    raise AssertionError(f"no instance became {predicate}")
+
+
+def test_tensorboard_starts_listens_on_loopback_and_stops(
+    tmp_path: Path, cleanup: list[LocalBackend]
+) -> None:
+    write_run(tmp_path / "storage" / "p" / "run", steps=5, tags=1)
+    backend = make_backend(tmp_path, str(Path(sys.executable).with_name("tensorboard")))
+    cleanup.append(backend)
+    started = backend.start(board_spec("p", str(tmp_path / "storage")))
+    ready = wait_for(backend, "ready")
+    assert ready.instance_id == started.instance_id
+    assert ready.upstream is not None and ready.upstream.startswith("127.0.0.1:")
+    leader = _pid(backend, ready)
+    assert os.getpgid(leader) == leader, "each board leads its own process group"
+    assert os.getsid(leader) == leader, "each board has its own session"
+    assert backend.memory_bytes(ready) > 10 * 1024 * 1024
+
+    group = ProcessRef.of(leader).group_members()
+    assert len(group) >= 2, "TensorBoard and its data server"
+    backend.stop(ready)
+    assert backend.list() == []
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group)
+
+
+def test_stop_escalates_to_sigkill_when_int_and_term_are_ignored(
+    tmp_path: Path, cleanup: list[LocalBackend]
+) -> None:
+    script = tmp_path / "stubborn-tensorboard"
+    script.write_text(f"#!{sys.executable}\n{STUBBORN}")
+    script.chmod(0o755)
+    backend = make_backend(tmp_path, str(script), grace=0.5)
+    cleanup.append(backend)
+    backend.start(board_spec("p", str(tmp_path)))
+    instance = wait_for(backend, "upstream", timeout=10)
+    process = psutil.Process(_pid(backend, instance))
+    began = time.monotonic()
+    backend.stop(instance)
+    assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    assert 1.0 <= time.monotonic() - began < 5.0, "INT and TERM each get their grace, then KILL"
+
+
+def test_a_second_backend_adopts_what_the_first_started(
+    tmp_path: Path, cleanup: list[LocalBackend]
+) -> None:
+    script = tmp_path / "stubborn-tensorboard"
+    script.write_text(f"#!{sys.executable}\n{STUBBORN}")
+    script.chmod(0o755)
+    first = make_backend(tmp_path, str(script), grace=0.2)
+    started = first.start(board_spec("p", str(tmp_path)))
+    successor = make_backend(tmp_path, str(script), grace=0.2)
+    cleanup.append(successor)
+    assert [i.instance_id for i in successor.list()] == [started.instance_id]
+    assert successor.reap_unknown() == []
+    successor.stop(successor.list()[0])
+    assert first.list() == []  # also collects the exit status of first's child
+
+
+def test_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:
+    me = psutil.Process()
+    assert ProcessRef(me.pid, me.create_time()).is_alive()
+    assert not ProcessRef(me.pid, me.create_time() - 100).is_alive()
+
+
+def _pid(backend: LocalBackend, instance: Instance) -> int:
+    state = backend._read_state(instance.instance_id)
+    assert state is not None
+    return state.pid

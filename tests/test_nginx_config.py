@@ -1,0 +1,50 @@
+"""The shipped nginx config: valid for the real nginx, and it clears identity headers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from tbhub.nginx import IDENTITY_HEADERS, find_nginx, render_config, write_config
+from tbhub.settings import Settings
+
+
+def make_settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path, secret_key="s" * 40, http_port=18999, api_port=18998)
+
+
+def test_rendered_config_passes_nginx_t(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    conf = write_config(settings)
+    prefix, error_log = str(tmp_path / "nginx"), str(tmp_path / "e.log")
+    command = [find_nginx("nginx"), "-t", "-p", prefix, "-c", str(conf), "-e", error_log]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> None:
+    text = render_config(make_settings(tmp_path))
+    locations = re.findall(r"location (.+?) \{\n(.*?)\n        \}", text, flags=re.S)
+    proxied = {name.strip(): body for name, body in locations if "proxy_pass" in body}
+    assert set(proxied) == {
+        "= /_auth/board",
+        '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})(?:/.*)?$"',
+        "@control_plane",
+        "/",
+    }
+    for name, body in proxied.items():
+        if name == "= /_auth/board":
+            # The hook gets only the headers listed for it, nothing a client adds.
+            assert "proxy_pass_request_headers off;" in body
+            continue
+        for header in IDENTITY_HEADERS:
+            assert f'proxy_set_header {header} "";' in body, (name, header)
+
+
+def test_board_location_routes_by_the_hook_answer(tmp_path: Path) -> None:
+    text = render_config(make_settings(tmp_path))
+    assert "auth_request_set $board_upstream $upstream_http_x_board_upstream;" in text
+    assert "proxy_pass http://$board_upstream;" in text
+    assert "listen 127.0.0.1:18999;" in text
+    assert "server 127.0.0.1:18998;" in text

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tbhub.auth.passwords import hash_password, verify_password
+from tbhub.auth.sessions import SessionSigner, csrf_matches
+from tbhub.errors import InvalidInput, UnsafePath
+from tbhub.names import check_project_name
+from tbhub.storage.paths import inside_root, project_dir
+from tbhub.web.pages import safe_next
+
+SIGNER = SessionSigner("k" * 64, max_age=100)
+
+
+def test_session_cookie_round_trips_until_it_expires() -> None:
+    token = SIGNER.issue(42, now=1000)
+    data = SIGNER.verify(token, now=1050)
+    assert data is not None and data.user_id == 42
+    assert SIGNER.verify(token, now=1101) is None
+
+
+@pytest.mark.parametrize("token", [None, "", "abc", "a.b.c", "eyJ1Ijo0Mn0.bad"])
+def test_malformed_session_cookie_is_rejected(token: str | None) -> None:
+    assert SIGNER.verify(token, now=1000) is None
+
+
+def test_session_cookie_signed_with_another_key_is_rejected() -> None:
+    other = SessionSigner("o" * 64, max_age=100)
+    assert SIGNER.verify(other.issue(42, now=1000), now=1001) is None
+
+
+def test_tampered_session_payload_is_rejected() -> None:
+    payload, mac = SIGNER.issue(42, now=1000).split(".")
+    forged_payload = SIGNER.issue(1, now=1000).split(".")[0]
+    assert SIGNER.verify(f"{forged_payload}.{mac}", now=1001) is None
+    assert SIGNER.verify(f"{payload}.{mac}", now=1001) is not None
+
+
+def test_csrf_needs_matching_non_empty_values() -> None:
+    assert csrf_matches("t", "t")
+    assert not csrf_matches("t", "u")
+    assert not csrf_matches(None, None)
+    assert not csrf_matches("", "")
+
+
+def test_passwords_verify_only_with_the_right_password() -> None:
+    stored = hash_password("correct horse")
+    assert verify_password(stored, "correct horse")
+    assert not verify_password(stored, "wrong horse")
+    assert not verify_password(None, "tbhub-dummy-password-for-timing")
+    with pytest.raises(InvalidInput, match="too short"):
+        hash_password("short")
+
+
+@pytest.mark.parametrize("name", ["a", "vision-2", "0abc", "a" * 63])
+def test_slugs_are_accepted(name: str) -> None:
+    assert check_project_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-a", "A", "a_b", "a/b", "..", "a" * 64, "a.b", "é"])
+def test_non_slugs_are_refused_with_the_rule(name: str) -> None:
+    with pytest.raises(InvalidInput, match="not a slug"):
+        check_project_name(name)
+
+
+def test_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    os.symlink(outside, root / "escape")
+    with pytest.raises(UnsafePath, match="outside the storage root"):
+        project_dir(root, "escape")
+    assert inside_root(root, root / "fine") == (root / "fine").resolve()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [("/boards/p/", "/boards/p/"), ("//evil.example/", "/"), ("/\\evil", "/"),
+     ("https://evil.example/", "/"), ("", "/"), (None, "/")],
+)  # fmt: skip
+def test_redirects_after_sign_in_stay_local(target: str | None, expected: str) -> None:
+    assert safe_next(target) == expected
