@@ -38,7 +38,7 @@ def cleanup() -> Iterator[list[LocalBackend]]:
     backends: list[LocalBackend] = []
     yield backends
     for backend in backends:
-        for instance in backend.list():
+        for instance in backend.list_instances():
             backend.stop(instance)
 
 
@@ -46,7 +46,7 @@ def wait_for(backend: LocalBackend, predicate: str, timeout: float = 60) -> Inst
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=2) as client:
         while time.monotonic() < deadline:
-            for instance in backend.list():
+            for instance in backend.list_instances():
                 if predicate == "upstream" and instance.upstream:
                     return instance
                 if predicate == "ready" and probe_ready(
@@ -75,7 +75,7 @@ def test_tensorboard_starts_listens_on_loopback_and_stops(
     group = ProcessRef.of(leader).group_members()
     assert len(group) >= 2, "TensorBoard and its data server"
     backend.stop(ready)
-    assert backend.list() == []
+    assert backend.list_instances() == []
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in group)
 
 
@@ -106,10 +106,10 @@ def test_a_second_backend_adopts_what_the_first_started(
     started = first.start(board_spec("p", str(tmp_path)))
     successor = make_backend(tmp_path, str(script), grace=0.2)
     cleanup.append(successor)
-    assert [i.instance_id for i in successor.list()] == [started.instance_id]
+    assert [i.instance_id for i in successor.list_instances()] == [started.instance_id]
     assert successor.reap_unknown() == []
-    successor.stop(successor.list()[0])
-    assert first.list() == []  # also collects the exit status of first's child
+    successor.stop(successor.list_instances()[0])
+    assert first.list_instances() == []  # also collects the exit status of first's child
 
 
 def test_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ class Supervisor:
         if self._thread is not None:
             self._thread.join(timeout=30)
         if stop_boards:
-            instances = self.backend.list()
+            instances = self.backend.list_instances()
             list(self._pool.map(self.backend.stop, instances))
         self._pool.shutdown(wait=True)
         self._http.close()
@@ -136,7 +136,7 @@ class Supervisor:
         }
 
     def _observe(self) -> list[Instance]:
-        instances = self.backend.list()
+        instances = self.backend.list_instances()
         prefixes = {i.instance_id: f"/boards/{i.project}" for i in instances}
         ready = list(
             self._pool.map(

@@ -21,7 +21,7 @@ class Backend(Protocol):
         """Stop it: SIGINT, then SIGTERM, then SIGKILL, each after a bounded wait."""
         ...
 
-    def list(self) -> list[Instance]:
+    def list_instances(self) -> list[Instance]:
         """Every instance this backend started and still remembers, alive or not."""
         ...
 

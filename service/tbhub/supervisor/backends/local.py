@@ -111,7 +111,7 @@ class LocalBackend:
             stop_group(state.ref, grace=self.stop_grace, label=self._label(instance))
         self.forget(instance)
 
-    def list(self) -> list[Instance]:
+    def list_instances(self) -> list[Instance]:
         for instance_id in list(self._children):
             self._reap_child(instance_id)
         instances = []
