@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.api.board_gate import auth_cache_seconds
 from tbhub.db import transaction
 from tbhub.models import AuditEvent, Board, DesiredState, Role
 from tbhub.projects import create_project, set_membership
@@ -177,3 +178,7 @@ def test_readyz_checks_database_and_storage(client: TestClient) -> None:
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json()["checks"] == {"database": "ok", "storage": "ok"}
+
+
+def test_nginx_auth_cache_never_outlasts_a_quarter_of_the_idle_timeout() -> None:
+    assert [auth_cache_seconds(t) for t in (900, 20, 8, 3, 0.5)] == [5, 5, 2, 1, 1]

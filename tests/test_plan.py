@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from tbhub.supervisor.loop import restart_backoff
 from tbhub.supervisor.plan import BoardSpec, Desired, Forget, Instance, Start, Stop, plan
 
 SPEC = BoardSpec(project="p", logdir="/s/p", path_prefix="/boards/p")
@@ -47,8 +48,12 @@ CASES = [
     ("crashed and wanted: forget and start", WANTED, [inst("a", alive=False)],
      ["forget a", "start p"], {"p": "starting"}),
     ("crashed and not wanted: forget", UNWANTED, [inst("a", alive=False)], ["forget a"], {"p": "stopped"}),
-    ("start timed out: stop it and start again", WANTED, [inst("a", started=NOW - TIMEOUT - 1)],
-     ["start p", "stop a"], {"p": "failed"}),
+    ("start timed out: stop it, start after the backoff", WANTED, [inst("a", started=NOW - TIMEOUT - 1)],
+     ["stop a"], {"p": "failed"}),
+    ("backing off after a crash: wait", {"p": Desired(SPEC, running=True, retry_at=NOW + 5)}, [],
+     [], {"p": "failed"}),
+    ("backoff over: start", {"p": Desired(SPEC, running=True, retry_at=NOW - 1)}, [],
+     ["start p"], {"p": "starting"}),
     ("two ready: keep the newest", WANTED,
      [inst("old", ready=True, started=900), inst("new", ready=True, started=950)],
      ["stop old"], {"p": "ready"}),
@@ -68,6 +73,24 @@ CASES = [
 def test_plan_table(name: str, desired: dict[str, Desired], actual: list[Instance],
                     actions: list[str], observed: dict[str, str]) -> None:  # fmt: skip
     assert run(desired, actual) == (sorted(actions), observed)
+
+
+def test_crash_and_timeout_of_wanted_boards_count_as_failures() -> None:
+    desired = {
+        "p": Desired(SPEC, running=True),
+        "q": Desired(replace(SPEC, project="q"), running=True),
+        "r": Desired(replace(SPEC, project="r"), running=False),
+    }
+    actual = [
+        inst("crashed", alive=False),
+        Instance("slow", "q", desired["q"].spec.fingerprint, NOW - TIMEOUT - 1, True, None, False),
+        Instance("stopped-by-hand", "r", desired["r"].spec.fingerprint, 900.0, False, None, False),
+    ]
+    assert plan(desired, actual, now=NOW, start_timeout=TIMEOUT).failed == {"p", "q"}
+
+
+def test_restart_backoff_doubles_up_to_five_minutes() -> None:
+    assert [restart_backoff(n) for n in (1, 2, 3, 4, 9, 10, 50)] == [1, 2, 4, 8, 256, 300, 300]
 
 
 def test_ready_board_reports_the_upstream_of_the_current_spec() -> None:

@@ -77,6 +77,8 @@ def upgrade() -> None:
         sa.Column("upstream", sa.String(length=255), nullable=True),
         sa.Column("instance_id", sa.String(length=64), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("failures", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("retry_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(["project_id"], ["projects.id"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("project_id"),
     )

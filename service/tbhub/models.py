@@ -6,7 +6,19 @@ import enum
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, ForeignKey, Integer, String, Text, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -122,6 +134,9 @@ class Board(Base):
     upstream: Mapped[str | None] = mapped_column(String(255))
     instance_id: Mapped[str | None] = mapped_column(String(64))
     last_error: Mapped[str | None] = mapped_column(Text)
+    # Consecutive crashes or failed starts, and when the next start may be tried.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     project: Mapped[Project] = relationship(back_populates="board")
 
@@ -135,3 +150,80 @@ class AuditEvent(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(255))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+# -- retention and backup (jobs/) -------------------------------------------------------------
+
+
+class RetentionOverride(Base):
+    """A project's retention settings; NULL inherits the global default, 0 turns a limit off."""
+
+    __tablename__ = "retention_overrides"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    max_age_days: Mapped[float | None] = mapped_column(Float)
+    keep_last: Mapped[int | None] = mapped_column(Integer)
+    max_project_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    action: Mapped[str | None] = mapped_column(String(16))
+    active_minutes: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_by: Mapped[str] = mapped_column(String(64))
+
+
+class PinnedRun(Base):
+    """A run retention never touches, by its path inside the project directory."""
+
+    __tablename__ = "pinned_runs"
+    __table_args__ = (UniqueConstraint("project_id", "run_path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    run_path: Mapped[str] = mapped_column(String(1024))
+    pinned_by: Mapped[str] = mapped_column(String(64))
+    pinned_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TrashEntry(Base):
+    """One run removed by retention, and the journal of that removal.
+
+    The state is written before each step on disk, so a rerun after a crash knows where to
+    pick up (jobs/journal.py). The project is a name, not a key: trash outlives projects."""
+
+    __tablename__ = "trash_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(63))
+    run_path: Mapped[str] = mapped_column(String(1024))
+    action: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    last_write: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    reasons: Mapped[list[str]] = mapped_column(JSON, default=list)
+    archive_path: Mapped[str | None] = mapped_column(String(1024))
+    actor: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    trashed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class BackupRun(Base):
+    """One `backup run`: which snapshot it wrote and how it ended (for `/metrics`)."""
+
+    __tablename__ = "backup_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    target: Mapped[str] = mapped_column(String(1024))
+    snapshot: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    transferred_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    actor: Mapped[str] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)

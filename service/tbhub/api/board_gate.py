@@ -31,6 +31,12 @@ AUTH_CACHE_SECONDS = 5
 RETRY_AFTER_SECONDS = 2
 
 
+def auth_cache_seconds(idle_timeout: float) -> int:
+    """How long nginx may reuse a "let in" answer. Cached answers hide accesses from the
+    idle culler, so the cache lasts at most a quarter of the idle timeout."""
+    return max(1, min(AUTH_CACHE_SECONDS, int(idle_timeout / 4)))
+
+
 class Verdict(enum.Enum):
     anonymous = "anonymous"
     unknown_project = "unknown_project"
@@ -79,7 +85,7 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     if view is not None and view.serving:
         headers = {
             "X-Board-Upstream": str(view.upstream),
-            "X-Accel-Expires": str(AUTH_CACHE_SECONDS),
+            "X-Accel-Expires": str(auth_cache_seconds(context.settings.idle_timeout)),
         }
     else:
         headers = {"X-Board-Upstream": context.settings.api_address, "X-Accel-Expires": "0"}

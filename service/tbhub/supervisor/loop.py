@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 from sqlalchemy import select
@@ -24,6 +24,12 @@ log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
 FAST_INTERVAL = 0.5
+MAX_RESTART_BACKOFF = 300.0
+
+
+def restart_backoff(failures: int) -> float:
+    """Seconds before the next start after `failures` crashes in a row: 1, 2, 4 ... 300."""
+    return float(min(2 ** max(failures - 1, 0), MAX_RESTART_BACKOFF))
 
 
 def board_spec(project: str, storage_root: str) -> BoardSpec:
@@ -112,7 +118,7 @@ class Supervisor:
         actual = self._observe()
         result = plan(desired, actual, now=now, start_timeout=self.start_timeout)
         errors = self._apply(result.actions)
-        self._write_observed(result.observed, errors)
+        self._write_observed(result.observed, errors, failed=result.failed | set(errors))
         return any(o.state == ObservedState.starting for o in result.observed.values())
 
     def _read_desired(self, now: datetime) -> dict[str, Desired]:
@@ -123,7 +129,7 @@ class Supervisor:
                     session, actor="supervisor", action="board.idle_stop", target=str(project_id)
                 )
             rows = session.execute(
-                select(Project.name, Board.desired_state).join(
+                select(Project.name, Board.desired_state, Board.retry_at).join(
                     Board, Board.project_id == Project.id
                 )
             ).all()
@@ -131,8 +137,9 @@ class Supervisor:
             name: Desired(
                 spec=board_spec(name, self.storage_root),
                 running=state == DesiredState.running,
+                retry_at=retry_at.timestamp() if retry_at is not None else None,
             )
-            for name, state in rows
+            for name, state, retry_at in rows
         }
 
     def _observe(self) -> list[Instance]:
@@ -175,7 +182,9 @@ class Supervisor:
         list(self._pool.map(run, actions))
         return errors
 
-    def _write_observed(self, observed: dict[str, Observed], errors: dict[str, str]) -> None:
+    def _write_observed(
+        self, observed: dict[str, Observed], errors: dict[str, str], *, failed: set[str]
+    ) -> None:
         now = datetime.fromtimestamp(self.clock(), UTC)
         with transaction(self.factory) as session:
             rows = session.execute(
@@ -194,3 +203,9 @@ class Supervisor:
                 error = seen.error or errors.get(name)
                 if error is not None:
                     board.last_error = error[-4000:]
+                if name in failed:
+                    board.failures += 1
+                    board.retry_at = now + timedelta(seconds=restart_backoff(board.failures))
+                    log.warning("board %s failed %d time(s) in a row", name, board.failures)
+                elif state == ObservedState.ready:
+                    board.failures, board.retry_at = 0, None

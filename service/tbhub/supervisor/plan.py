@@ -32,6 +32,8 @@ class BoardSpec:
 class Desired:
     spec: BoardSpec
     running: bool
+    # After a crash or failed start, no new start before this time (exponential backoff).
+    retry_at: float | None = None
 
     @property
     def project(self) -> str:
@@ -87,6 +89,8 @@ class Observed:
 class Plan:
     actions: list[Action] = field(default_factory=list)
     observed: dict[str, Observed] = field(default_factory=dict)
+    # Wanted boards that crashed or did not get ready in time during this pass.
+    failed: set[str] = field(default_factory=set)
 
 
 def plan(
@@ -101,6 +105,9 @@ def plan(
     for instance in actual:
         if not instance.alive:
             result.actions.append(Forget(instance, "process exited"))
+            want = desired.get(instance.project)
+            if want is not None and want.running:
+                result.failed.add(instance.project)
             continue
         by_project.setdefault(instance.project, []).append(instance)
 
@@ -114,8 +121,11 @@ def plan(
         if not want.running:
             result.observed[project] = Observed("stopped")
             continue
-        result.actions.extend(_converge(want, by_project.get(project, []), now, start_timeout))
-        result.observed[project] = _observe(want, by_project.get(project, []), now, start_timeout)
+        instances = by_project.get(project, [])
+        result.actions.extend(_converge(want, instances, now, start_timeout))
+        result.observed[project] = _observe(want, instances, now, start_timeout)
+        if any(_timed_out(i, now, start_timeout) for i in instances):
+            result.failed.add(project)
     return result
 
 
@@ -125,6 +135,10 @@ def _is_current(instance: Instance, want: Desired) -> bool:
 
 def _timed_out(instance: Instance, now: float, start_timeout: float) -> bool:
     return not instance.ready and now - instance.started_at > start_timeout
+
+
+def _backing_off(want: Desired, now: float) -> bool:
+    return want.retry_at is not None and now < want.retry_at
 
 
 def _converge(
@@ -148,7 +162,8 @@ def _converge(
                 actions.append(Stop(instance, "replaced by a board with a new spec"))
         else:
             actions.append(Stop(instance, "duplicate board for the project"))
-    if keep is None:
+    timed_out = any(_timed_out(i, now, start_timeout) for i in instances)
+    if keep is None and not timed_out and not _backing_off(want, now):
         actions.append(Start(want.spec))
     return actions
 
@@ -160,7 +175,8 @@ def _observe(
     if serving:
         best = max(serving, key=lambda i: (_is_current(i, want), i.started_at))
         return Observed("ready", upstream=best.upstream, instance_id=best.instance_id)
-    timed_out = [i for i in instances if _timed_out(i, now, start_timeout)]
-    if timed_out:
+    if any(_timed_out(i, now, start_timeout) for i in instances):
         return Observed("failed", error=f"board not ready after {start_timeout:.0f}s")
+    if not instances and _backing_off(want, now):
+        return Observed("failed")
     return Observed("starting")

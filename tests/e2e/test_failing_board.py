@@ -1,0 +1,52 @@
+"""A board that keeps crashing is retried with backoff and shown as failed, with its log."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+
+from tbhub.models import Board, ObservedState
+from tests.e2e.harness import TbhubServer, wait_until
+
+CRASHING_TENSORBOARD = """\
+import sys
+print("fatal: cannot read logdir (simulated)", flush=True)
+sys.exit(3)
+"""
+
+
+def test_crashing_board_is_marked_failed_with_its_last_log_lines(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    script = server.data_dir.parent / "crashing-tensorboard"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!{sys.executable}\n{CRASHING_TENSORBOARD}")
+    script.chmod(0o755)
+    server.env["TBHUB_TENSORBOARD_BIN"] = str(script)
+    server.add_user("alice", "alice-password")
+    server.add_project("vision", owner="alice")
+    server.start()
+    alice = server.sign_in("alice", "alice-password")
+    assert alice.get("/boards/vision/", headers={"Accept": "text/html"}).status_code == 200
+
+    def board() -> Board:
+        with server.db() as session:
+            row = session.scalar(select(Board))
+            assert row is not None
+            return row
+
+    wait_until(lambda: board().failures >= 2, timeout=30, what="two failed starts")
+    failed = board()
+    assert failed.observed_state == ObservedState.failed
+    assert failed.last_error is not None
+    assert "fatal: cannot read logdir (simulated)" in failed.last_error
+    page = alice.get("/boards/vision/", headers={"Accept": "text/html"})
+    assert "The last start failed" in page.text
+
+    # Backoff: 1 s, 2 s, 4 s ... so a few seconds bring only a few more attempts.
+    time.sleep(4)
+    assert board().failures <= 5
