@@ -50,3 +50,13 @@ class ConfigError(TbhubError):
 class UnsafePath(TbhubError):
     code = "unsafe_path"
     http_status = 400
+
+
+class JobBusy(TbhubError):
+    code = "job_busy"
+    http_status = 409
+
+
+class BackupFailed(TbhubError):
+    code = "backup_failed"
+    http_status = 500

@@ -7,7 +7,7 @@ import secrets
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -87,6 +87,99 @@ class Settings(BaseSettings):
     nginx_bin: str = Field(default="nginx", description="Path to the nginx binary.")
     tensorboard_bin: str = Field(
         default_factory=_default_tensorboard_bin, description="Path to the tensorboard binary."
+    )
+    # Retention (DESIGN.md decision 10): global defaults, overridable per project.
+    retention_max_age_days: float | None = Field(
+        default=None,
+        ge=0,
+        description="Runs whose last write is older than this many days are removed by "
+        "retention. Unset or 0: no age limit.",
+    )
+    retention_keep_last: int | None = Field(
+        default=None,
+        ge=0,
+        description="Keep only the newest N runs of a project (by last write); older ones are "
+        "removed. Unset or 0: no limit.",
+    )
+    retention_max_project_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Quota: remove a project's oldest runs until its runs total at most this "
+        "many bytes. Unset or 0: no quota.",
+    )
+    retention_action: Literal["trash", "archive"] = Field(
+        default="trash",
+        description="What retention does with a run: move it to the trash, or write a verified "
+        "tar.gz into the archive root and then delete it.",
+    )
+    retention_active_minutes: float = Field(
+        default=60.0,
+        ge=0,
+        description="Runs written to in the last this many minutes count as active and are "
+        "never removed.",
+    )
+    retention_interval_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description="When set, `tbhub serve` applies retention every this many hours. "
+        "Unset: only `tbhub admin retention apply` does.",
+    )
+    trash_root: Path | None = Field(
+        default=None,
+        description="Where retention moves runs. Defaults to <storage_root>/.tbhub-trash: "
+        "outside every project and on the same filesystem, so a move is one rename.",
+    )
+    trash_grace_days: float = Field(
+        default=7.0,
+        ge=0,
+        description="Days a run stays in the trash before it is purged for good.",
+    )
+    archive_root: Path | None = Field(
+        default=None,
+        description="Where the archive action writes <project>/<id>-<run>.tar.gz and its "
+        "manifest. Defaults to <data_dir>/archive.",
+    )
+    backup_target: str | None = Field(
+        default=None,
+        description="Where rsync snapshots go: a local path or user@host:path (over ssh). "
+        "Unset: no backups.",
+    )
+    backup_interval_hours: float | None = Field(
+        default=24.0,
+        gt=0,
+        description="`tbhub serve` takes a snapshot every this many hours when a backup "
+        "target is set. Unset: no scheduled backups.",
+    )
+    backup_after_change_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="When set, `tbhub serve` takes a snapshot this many seconds after the "
+        "storage last changed (at most one per interval of this length).",
+    )
+    backup_keep_daily: int = Field(
+        default=7, ge=0, description="Complete snapshots kept: the newest of each of N days."
+    )
+    backup_keep_weekly: int = Field(
+        default=4, ge=0, description="Complete snapshots kept: the newest of each of M weeks."
+    )
+    backup_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Retries when the backup target is unreachable (rsync/ssh exit codes "
+        "10, 12, 30, 35, 255), with exponential backoff.",
+    )
+    backup_retry_backoff: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds before the first retry; each further retry waits twice as long.",
+    )
+    backup_ssh_command: str = Field(
+        default="ssh -o BatchMode=yes -o ConnectTimeout=10",
+        description="The remote shell for user@host:path targets (rsync -e and remote commands).",
+    )
+    backup_rsync_args: list[str] = Field(
+        default_factory=list,
+        description='Extra rsync arguments for backups, as a JSON list (e.g. ["--bwlimit=50m"]).',
     )
 
     @classmethod

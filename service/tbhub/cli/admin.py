@@ -7,6 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
+from tbhub.cli import retention as retention_cli
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -25,6 +26,8 @@ project_app = typer.Typer(help="Projects and their members.", no_args_is_help=Tr
 app.add_typer(user_app, name="user")
 app.add_typer(project_app, name="project")
 
+app.add_typer(retention_cli.app, name="retention")
+app.add_typer(retention_cli.trash_app, name="trash")
 ACTOR = "cli"
 
 

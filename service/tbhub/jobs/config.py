@@ -1,0 +1,63 @@
+"""Where the jobs keep things, and the lock that keeps two of them from overlapping."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tbhub.errors import ConfigError, JobBusy
+from tbhub.names import PROJECT_SLUG
+from tbhub.settings import Settings
+
+TRASH_DIR_NAME = ".tbhub-trash"  # not a project slug, so no project can ever be called that
+
+
+def trash_root(settings: Settings) -> Path:
+    """The trash, checked to be outside every project directory (boards must not show it)."""
+    root = (settings.trash_root or settings.storage / TRASH_DIR_NAME).expanduser().absolute()
+    storage = settings.storage.resolve()
+    resolved = root.resolve()
+    if resolved.is_relative_to(storage) and resolved != storage:
+        first = resolved.relative_to(storage).parts[0]
+        if PROJECT_SLUG.fullmatch(first):
+            raise ConfigError(
+                f"TBHUB_TRASH_ROOT {root} is inside the project directory {storage / first}, "
+                "where its board would show trashed runs; put it beside the projects"
+            )
+    elif resolved == storage:
+        raise ConfigError("TBHUB_TRASH_ROOT cannot be the storage root itself")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def archive_root(settings: Settings) -> Path:
+    root = (settings.archive_root or settings.data_dir / "archive").expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextmanager
+def job_lock(settings: Settings, name: str) -> Iterator[None]:
+    """One `name` job (retention, backup) at a time per data dir, across processes."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.data_dir / f"{name}.lock"
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            raise JobBusy(
+                f"another {name} job (pid {holder}) is running on {settings.data_dir}; "
+                "wait for it to finish and try again"
+            ) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)

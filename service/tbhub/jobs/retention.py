@@ -1,0 +1,252 @@
+"""Retention: load policies, plan (the dry run), and apply a plan through the trash journal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub import audit
+from tbhub.db import transaction
+from tbhub.errors import NotFound, TbhubError
+from tbhub.jobs.archive import archive_paths, write_archive
+from tbhub.jobs.config import archive_root, job_lock
+from tbhub.jobs.fsops import is_real_dir, parent_of, require_safe_rmtree, split_relative
+from tbhub.jobs.journal import finish_archive, finish_trash, move_into_trash, recover, utc
+from tbhub.jobs.policy import (
+    Decision,
+    Policy,
+    ProjectPlan,
+    check_overrides,
+    merge,
+    plan_project,
+)
+from tbhub.jobs.scan import measure_dir, scan_project
+from tbhub.models import PinnedRun, RetentionOverride, TrashEntry
+from tbhub.projects import get_project, list_projects
+from tbhub.settings import Settings
+from tbhub.storage.paths import project_dir
+
+
+def default_policy(settings: Settings) -> Policy:
+    return Policy(
+        max_age_days=settings.retention_max_age_days,
+        keep_last=settings.retention_keep_last,
+        max_project_bytes=settings.retention_max_project_bytes,
+        action=settings.retention_action,
+        active_minutes=settings.retention_active_minutes,
+    )
+
+
+def override_values(row: RetentionOverride | None) -> dict[str, Any]:
+    names = ("max_age_days", "keep_last", "max_project_bytes", "action", "active_minutes")
+    return {n: (getattr(row, n) if row is not None else None) for n in names}
+
+
+@dataclass(frozen=True)
+class ProjectPolicy:
+    project: str
+    policy: Policy
+    pinned: frozenset[str]
+
+
+def load_policies(
+    session: Session, settings: Settings, *, project: str | None = None
+) -> list[ProjectPolicy]:
+    projects = [get_project(session, name=project)] if project else list_projects(session)
+    default = default_policy(settings)
+    result = []
+    for row in projects:
+        override = session.get(RetentionOverride, row.id)
+        pins = session.scalars(select(PinnedRun.run_path).where(PinnedRun.project_id == row.id))
+        result.append(
+            ProjectPolicy(row.name, merge(default, override_values(override)), frozenset(pins))
+        )
+    return result
+
+
+def plan_retention(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    project: str | None = None,
+    now: float | None = None,
+) -> list[ProjectPlan]:
+    """The dry run: what apply would do now, per project. Reads the disk, changes nothing."""
+    with factory() as session:
+        policies = load_policies(session, settings, project=project)
+    now = time.time() if now is None else now
+    plans = []
+    for item in policies:
+        runs = scan_project(project_dir(settings.storage, item.project), item.project)
+        plans.append(
+            plan_project(item.project, runs, item.policy, pinned=set(item.pinned), now=now)
+        )
+    return plans
+
+
+@dataclass
+class ApplyReport:
+    trashed: int = 0
+    archived: int = 0
+    bytes: int = 0
+    recovered: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trashed": self.trashed,
+            "archived": self.archived,
+            "bytes": self.bytes,
+            "recovered": self.recovered,
+            "skipped": self.skipped,
+        }
+
+
+def apply_plans(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    plans: list[ProjectPlan],
+    *,
+    actor: str,
+    on_progress: Callable[[int], None] = lambda _bytes: None,
+) -> ApplyReport:
+    """Carry out `plans` (oldest run first), after finishing whatever a crash left half-done."""
+    require_safe_rmtree()
+    report = ApplyReport()
+    with job_lock(settings, "retention"):
+        report.recovered = recover(factory, settings, actor=actor)
+        for plan in plans:
+            for decision in plan.remove:
+                _apply_one(factory, settings, plan.policy, decision, actor=actor, report=report)
+                on_progress(decision.run.bytes)
+    return report
+
+
+def _apply_one(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    policy: Policy,
+    decision: Decision,
+    *,
+    actor: str,
+    report: ApplyReport,
+) -> None:
+    run = decision.run
+    parts = split_relative(run.path)
+    leaf = parts[-1]
+    with transaction(factory) as session:
+        entry = TrashEntry(
+            project=run.project,
+            run_path=run.path,
+            action=policy.action,
+            state="moving" if policy.action == "trash" else "archiving",
+            bytes=run.bytes,
+            files=run.files,
+            last_write=utc(run.last_write) if run.last_write else None,
+            reasons=list(decision.reasons),
+            actor=actor,
+        )
+        session.add(entry)
+        session.flush()
+        entry_id = entry.id
+    target = f"{run.project}/{run.path}"
+    try:
+        project_dir(settings.storage, run.project)  # a slug, resolving inside the root
+        with parent_of(settings.storage, [run.project, *parts]) as parent_fd:
+            if not is_real_dir(parent_fd, leaf):
+                raise _Skip("it is gone")
+            if measure_dir(parent_fd, leaf)[2] > run.last_write:
+                raise _Skip("it was written to after the plan was made")
+            if policy.action == "archive":
+                tarball, manifest = archive_paths(
+                    archive_root(settings), run.project, entry_id, leaf
+                )
+                write_archive(parent_fd, leaf, tarball, manifest)
+            move_into_trash(settings, entry_id, parent_fd, leaf, target)
+    except (_Skip, TbhubError, OSError, RuntimeError) as exc:
+        reason = exc.message if isinstance(exc, TbhubError) else str(exc)
+        with transaction(factory) as session:
+            entry = session.get_one(TrashEntry, entry_id)
+            entry.state, entry.error, entry.finished_at = "skipped", reason, utc(time.time())
+            audit.record(session, actor=actor, action="retention.skip", target=target, why=reason)
+        report.skipped.append({"run": target, "why": reason})
+        return
+    if policy.action == "trash":
+        finish_trash(factory, entry_id, actor=actor)
+        report.trashed += 1
+    else:
+        finish_archive(factory, settings, entry_id, actor=actor)
+        report.archived += 1
+    report.bytes += run.bytes
+
+
+class _Skip(Exception):
+    """The run is no longer as planned; leave it where it is."""
+
+
+# -- policy changes (CLI and API) ---------------------------------------------------------
+
+
+def set_override(
+    session: Session, *, project: str, values: dict[str, Any], actor: str
+) -> dict[str, Any]:
+    """Set some of a project's overrides (None = inherit the default); returns all of them."""
+    check_overrides(values)
+    row = get_project(session, name=project)
+    override = session.get(RetentionOverride, row.id)
+    if override is None:
+        override = RetentionOverride(project_id=row.id, updated_by=actor)
+        session.add(override)
+    for name, value in values.items():
+        setattr(override, name, value)
+    override.updated_by, override.updated_at = actor, utc(time.time())
+    audit.record(session, actor=actor, action="retention.policy", target=project, **values)
+    session.flush()
+    return override_values(override)
+
+
+def pin_run(session: Session, *, project: str, run_path: str, actor: str) -> None:
+    split_relative(run_path)
+    row = get_project(session, name=project)
+    exists = session.scalar(
+        select(PinnedRun).where(PinnedRun.project_id == row.id, PinnedRun.run_path == run_path)
+    )
+    if exists is None:
+        session.add(PinnedRun(project_id=row.id, run_path=run_path, pinned_by=actor))
+        audit.record(session, actor=actor, action="retention.pin", target=f"{project}/{run_path}")
+        session.flush()
+
+
+def unpin_run(session: Session, *, project: str, run_path: str, actor: str) -> None:
+    row = get_project(session, name=project)
+    pin = session.scalar(
+        select(PinnedRun).where(PinnedRun.project_id == row.id, PinnedRun.run_path == run_path)
+    )
+    if pin is None:
+        raise NotFound(f"run {run_path!r} of {project} is not pinned")
+    session.delete(pin)
+    audit.record(session, actor=actor, action="retention.unpin", target=f"{project}/{run_path}")
+    session.flush()
+
+
+def describe_policy(session: Session, settings: Settings, *, project: str) -> dict[str, Any]:
+    """What the CLI and API show for a project: effective policy, overrides, pins."""
+    row = get_project(session, name=project)
+    override = override_values(session.get(RetentionOverride, row.id))
+    pins = session.scalars(
+        select(PinnedRun.run_path)
+        .where(PinnedRun.project_id == row.id)
+        .order_by(PinnedRun.run_path)
+    )
+    return {
+        "project": project,
+        "effective": merge(default_policy(settings), override).as_dict(),
+        "overrides": override,
+        "default": default_policy(settings).as_dict(),
+        "pinned": list(pins),
+    }

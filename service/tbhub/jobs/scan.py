@@ -1,0 +1,98 @@
+"""Find the runs under a project directory in one pass: size, file count and last write.
+
+A run is a directory that directly holds event files (`events.out.tfevents.*`). A run
+nested inside another run belongs to the outer one, because moving the outer directory
+moves it too. Symlinks are neither followed nor counted (DESIGN.md decision 9).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+EVENT_FILE_PREFIX = "events.out.tfevents."
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    project: str
+    path: str  # inside the project directory, '/'-separated, never '' or absolute
+    bytes: int
+    files: int
+    last_write: float  # newest mtime of its files, epoch seconds (0.0 when it has none)
+
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def scan_project(project_dir: str | os.PathLike[str], project: str) -> list[RunInfo]:
+    """Every run under `project_dir`, in no particular order. The project dir itself is
+    never a run (its board would have nothing else), so event files right in it are ignored.
+
+    The walk goes by directory descriptor: each stat is one `fstatat(dirfd, name)` rather than
+    a lookup of the whole path, which is what keeps it near `find` on a million files."""
+    runs: list[RunInfo] = []
+    try:
+        top = os.open(project_dir, DIR_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return runs
+    try:
+        with os.scandir(top) as scanner:
+            subdirs = [e.name for e in scanner if e.is_dir(follow_symlinks=False)]
+        for name in subdirs:
+            _walk(top, name, name, project, runs)
+    finally:
+        os.close(top)
+    return runs
+
+
+def _walk(
+    parent_fd: int, name: str, rel: str, project: str, runs: list[RunInfo]
+) -> tuple[int, int, float]:
+    """Totals (bytes, files, newest mtime) of the tree at `name`; appends the runs in it."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, OSError):
+        return 0, 0, 0.0  # gone, swapped for a symlink (ELOOP) or unreadable
+    total = count = 0
+    newest = 0.0
+    is_run = False
+    subdirs = []
+    try:
+        with os.scandir(fd) as scanner:
+            for entry in scanner:
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed while we looked
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                total += st.st_size
+                count += 1
+                if st.st_mtime > newest:
+                    newest = st.st_mtime
+                if not is_run and entry.name.startswith(EVENT_FILE_PREFIX):
+                    is_run = True
+        mark = len(runs)
+        for sub in subdirs:
+            sub_bytes, sub_files, sub_newest = _walk(fd, sub, f"{rel}/{sub}", project, runs)
+            total += sub_bytes
+            count += sub_files
+            if sub_newest > newest:
+                newest = sub_newest
+    finally:
+        os.close(fd)
+    if is_run:
+        del runs[mark:]  # runs nested in this one move with it
+        runs.append(RunInfo(project, rel, total, count, newest))
+    return total, count, newest
+
+
+def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:
+    """(bytes, files, newest mtime) of the directory `name` in `parent_fd`, never following a
+    symlink. Apply uses it to check, just before it acts, that a run is as planned."""
+    return _walk(parent_fd, name, name, "", [])

@@ -1,0 +1,115 @@
+"""The trash, for operators: list it, restore a run to where it was, purge old entries."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.db import transaction
+from tbhub.errors import AlreadyExists, InvalidInput, NotFound
+from tbhub.jobs.config import job_lock
+from tbhub.jobs.fsops import exists, move, parent_of, require_safe_rmtree, split_relative
+from tbhub.jobs.journal import (
+    finish_purge,
+    leaf_of,
+    open_entry_dir,
+    recover,
+    settle_restore,
+    utc,
+)
+from tbhub.models import TrashEntry
+from tbhub.settings import Settings
+from tbhub.storage.paths import project_dir
+
+
+def list_trash(session: Session) -> list[TrashEntry]:
+    query = select(TrashEntry).where(TrashEntry.state == "trashed").order_by(TrashEntry.id)
+    return list(session.scalars(query))
+
+
+def find_entry(session: Session, ref: str) -> TrashEntry:
+    """A trashed run by its trash id, or by `project/run path` (the latest one trashed)."""
+    if ref.isdigit():
+        entry = session.get(TrashEntry, int(ref))
+    else:
+        project, _, run_path = ref.partition("/")
+        entry = session.scalar(
+            select(TrashEntry)
+            .where(TrashEntry.project == project, TrashEntry.run_path == run_path)
+            .where(TrashEntry.state == "trashed")
+            .order_by(TrashEntry.id.desc())
+            .limit(1)
+        )
+    if entry is None or entry.state != "trashed":
+        raise NotFound(
+            f"nothing in the trash matches {ref!r}; see `tbhub admin trash list` for ids"
+        )
+    return entry
+
+
+def restore(
+    factory: sessionmaker[Session], settings: Settings, ref: str, *, actor: str
+) -> TrashEntry:
+    """Move a trashed run back to `<project>/<run path>`; refuses to replace anything there."""
+    require_safe_rmtree()
+    with job_lock(settings, "retention"):
+        recover(factory, settings, actor=actor)
+        with transaction(factory) as session:
+            entry = find_entry(session, ref)
+            entry.state = "restoring"
+        parts = split_relative(entry.run_path)
+        leaf = leaf_of(entry)
+        try:
+            project_dir(settings.storage, entry.project)
+            with parent_of(settings.storage, [entry.project, *parts], create=True) as parent_fd:
+                if exists(parent_fd, leaf):
+                    raise AlreadyExists(
+                        f"{entry.project}/{entry.run_path} exists again; move it away, then restore"
+                    )
+                entry_fd = open_entry_dir(settings, entry.id)
+                try:
+                    move(entry_fd, leaf, parent_fd, leaf)
+                finally:
+                    os.close(entry_fd)
+        finally:
+            settle_restore(factory, settings, entry.id, actor=actor)
+    return entry
+
+
+@dataclass
+class PurgeReport:
+    entries: int = 0
+    bytes: int = 0
+
+
+def purge(
+    factory: sessionmaker[Session], settings: Settings, *, older_than_days: float, actor: str
+) -> PurgeReport:
+    """Delete for good the runs trashed more than `older_than_days` days ago."""
+    if older_than_days < 0:
+        raise InvalidInput("--older-than must be 0 or more days")
+    require_safe_rmtree()
+    report = PurgeReport()
+    cutoff = utc(time.time() - older_than_days * 86400)
+    with job_lock(settings, "retention"):
+        recover(factory, settings, actor=actor)
+        with transaction(factory) as session:
+            entries = list(
+                session.scalars(
+                    select(TrashEntry)
+                    .where(TrashEntry.state == "trashed", TrashEntry.trashed_at <= cutoff)
+                    .order_by(TrashEntry.id)
+                )
+            )
+            for entry in entries:
+                entry.state = "purging"
+            ids = [(e.id, e.bytes) for e in entries]
+        for entry_id, size in ids:
+            finish_purge(factory, settings, entry_id, actor=actor)
+            report.entries += 1
+            report.bytes += size
+    return report

@@ -1,0 +1,65 @@
+"""Fixtures for the retention and backup tests: real files, real databases, real rsync."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.db import transaction
+from tbhub.projects import create_project
+from tbhub.settings import Settings
+
+EVENTS = "events.out.tfevents.1700000000.host"
+MakeRun = Callable[..., Path]
+
+
+@pytest.fixture
+def jobs_settings(settings: Settings) -> Settings:
+    """Test settings with no retention limits and nothing counting as active."""
+    settings.retention_active_minutes = 0
+    settings.backup_retry_backoff = 0.05
+    return settings
+
+
+@pytest.fixture
+def project(factory: sessionmaker[Session], jobs_settings: Settings) -> str:
+    with transaction(factory) as session:
+        create_project(
+            session, name="vision", storage_root=jobs_settings.storage, owner=None, actor="test"
+        )
+    return "vision"
+
+
+@pytest.fixture
+def make_run(jobs_settings: Settings) -> MakeRun:
+    """make_run('vision', 'g/run-1', age_days=3, size=100): a run with an event file and an
+    extra file, both last written `age_days` ago."""
+
+    def make(project: str, path: str, *, age_days: float = 0.0, size: int = 100) -> Path:
+        run = jobs_settings.storage / project / path
+        run.mkdir(parents=True, exist_ok=True)
+        stamp = time.time() - age_days * 86400
+        for name, data in ((EVENTS, os.urandom(size)), ("notes.txt", b"x" * 10)):
+            (run / name).write_bytes(data)
+            os.utime(run / name, (stamp, stamp))
+        return run
+
+    return make
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """relative path -> sha256 of every regular file under `root` (symlinks not followed)."""
+    result = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                continue
+            result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return result
