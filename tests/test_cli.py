@@ -69,6 +69,11 @@ def test_user_project_and_membership_from_the_cli(cli_env: Settings) -> None:
     ]
     code, out, _ = tbhub("admin", "project", "list", "--json")
     assert json.loads(out) == [{"name": "vision", "board": "stopped", "members": 2}]
+    code, out, _ = tbhub("admin", "board", "status", "vision", "--json")
+    board = json.loads(out)
+    assert (board["desired"], board["observed"], board["failures"]) == ("stopped", "stopped", 0)
+    code, out, _ = tbhub("admin", "board", "list", "--json")
+    assert [b["project"] for b in json.loads(out)] == ["vision"]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ class BoardView:
     desired: DesiredState
     observed: ObservedState
     upstream: str | None
+    failures: int
 
     @property
     def serving(self) -> bool:
@@ -58,7 +59,13 @@ class BoardDirectory:
     def _reload(self) -> None:
         with self._factory() as session:
             rows = session.execute(
-                select(Board.project_id, Board.desired_state, Board.observed_state, Board.upstream)
+                select(
+                    Board.project_id,
+                    Board.desired_state,
+                    Board.observed_state,
+                    Board.upstream,
+                    Board.failures,
+                )
             ).all()
         self._views = {row[0]: BoardView(*row) for row in rows}
         self._loaded_at = self._clock()

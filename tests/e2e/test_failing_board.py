@@ -44,8 +44,18 @@ def test_crashing_board_is_marked_failed_with_its_last_log_lines(
     assert failed.observed_state == ObservedState.failed
     assert failed.last_error is not None
     assert "fatal: cannot read logdir (simulated)" in failed.last_error
-    page = alice.get("/boards/vision/", headers={"Accept": "text/html"})
-    assert "The last start failed" in page.text
+    # The gate reads a board snapshot that is at most a second old.
+    wait_until(
+        lambda: (
+            "The last start failed"
+            in alice.get("/boards/vision/", headers={"Accept": "text/html"}).text
+        ),
+        timeout=10,
+        what="the starting page to report the failure",
+    )
+    status = server.cli("admin", "board", "status", "vision").stdout
+    assert "observed: failed" in status
+    assert "fatal: cannot read logdir (simulated)" in status
 
     # Backoff: 1 s, 2 s, 4 s ... so a few seconds bring only a few more attempts.
     time.sleep(4)

@@ -118,7 +118,7 @@ def board_fallback(request: Request, project: str, context: ContextDep, rest: st
         )
     assert project_id is not None
     view = _board_for(context, project_id)
-    failed = view is not None and view.observed == ObservedState.failed
+    failed = view is not None and (view.observed == ObservedState.failed or view.failures > 0)
     headers = {"Cache-Control": "no-store", "Retry-After": str(RETRY_AFTER_SECONDS)}
     if html:
         page = render(

@@ -7,6 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
+from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
 from tbhub.cli.common import (
     JsonOption,
@@ -25,9 +26,10 @@ user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)
 project_app = typer.Typer(help="Projects and their members.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 app.add_typer(project_app, name="project")
-
+app.add_typer(boards_cli.app, name="board")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
+
 ACTOR = "cli"
 
 
