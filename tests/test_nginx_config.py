@@ -29,6 +29,7 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
     proxied = {name.strip(): body for name, body in locations if "proxy_pass" in body}
     assert set(proxied) == {
         "= /_auth/board",
+        '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})/$"',
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})(?:/.*)?$"',
         "@control_plane",
         "/",

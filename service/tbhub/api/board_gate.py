@@ -92,6 +92,22 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     return Response(status_code=200, headers=headers)
 
 
+@router.post("/api/v1/boards/{project}/heartbeat", status_code=204)
+def heartbeat(request: Request, project: str, context: ContextDep) -> Response:
+    """A visible, active tab of the board says it is still being read (DESIGN.md, decision 6).
+
+    Counts as an access, like a request to the board, without starting a stopped board.
+    """
+    verdict, project_id = judge(request, context, project)
+    if verdict is Verdict.anonymous:
+        raise NotAuthenticated("sign in first: open /auth/login in a browser")
+    if verdict is not Verdict.allowed:
+        raise NotFound(f"no project named {project!r} that you can open")
+    assert project_id is not None
+    context.tracker.touch(project_id)
+    return Response(status_code=204)
+
+
 def wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
