@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint fmt system-deps venv clean bench
+.PHONY: demo test lint fmt venv clean bench
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -14,14 +14,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
-system-deps:
+demo: venv
 	@deploy/install-system-deps.sh
-
-demo: system-deps venv
 	$(BIN)/tbhub demo
 
-test: system-deps venv
+test: venv
+	@deploy/install-system-deps.sh test
 	$(BIN)/ruff check service tests bench alembic
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 lint: venv
@@ -34,6 +34,7 @@ fmt: venv
 	$(BIN)/ruff check --fix service tests bench alembic
 
 bench: venv
+	@deploy/install-system-deps.sh bench
 	$(BIN)/python bench/cold_start.py
 	$(BIN)/python bench/warm_throughput.py
 

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Installs the system programs tbhub runs (nginx, rsync) when they are missing.
+# Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
+# with `test`, also Debian's chromium for the browser tests; with `bench`, also wrk.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
 set -euo pipefail
 missing=()
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
-command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+have nginx || missing+=(nginx)
+have rsync || missing+=(rsync)
+case "${1:-}" in
+  test) have chromium || missing+=(chromium) ;;
+  bench) have wrk || missing+=(wrk) ;;
+esac
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing ${missing[*]} with apt-get"
