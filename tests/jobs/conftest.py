@@ -63,3 +63,32 @@ def tree_digest(root: Path) -> dict[str, str]:
                 continue
             result[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return result
+
+
+@pytest.fixture
+def cli_env(
+    jobs_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """Environment for running `tbhub` (in-process or as a child) on the test's settings."""
+    env = {
+        "TBHUB_DATA_DIR": str(jobs_settings.data_dir),
+        "TBHUB_STORAGE_ROOT": str(jobs_settings.storage),
+        "TBHUB_DATABASE_URL": jobs_settings.db_url,
+        "TBHUB_CONFIG": str(tmp_path / "absent.toml"),
+        "TBHUB_RETENTION_ACTIVE_MINUTES": "0",
+        "TBHUB_BACKUP_RETRY_BACKOFF": "0.05",
+    }
+    if jobs_settings.backup_target:
+        env["TBHUB_BACKUP_TARGET"] = jobs_settings.backup_target
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+def fill_storage(settings: Settings, *, runs: int = 5, files: int = 4, size: int = 20_000) -> None:
+    """Random event data: `runs` runs of `files` files of `size` bytes in project vision."""
+    for r in range(runs):
+        run = settings.storage / "vision" / "g" / f"run-{r}"
+        run.mkdir(parents=True, exist_ok=True)
+        for f in range(files):
+            (run / f"events.out.tfevents.{f}.host").write_bytes(os.urandom(size))

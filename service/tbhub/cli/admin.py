@@ -7,6 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
+from tbhub.cli import backup as backup_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
 from tbhub.cli.common import (
@@ -29,6 +30,7 @@ app.add_typer(project_app, name="project")
 app.add_typer(boards_cli.app, name="board")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
+app.add_typer(backup_cli.app, name="backup")
 
 ACTOR = "cli"
 
