@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tbhub import __version__
-from tbhub.api import board_gate, health, projects
+from tbhub.api import board_gate, health, metrics, projects, retention
 from tbhub.api.deps import AppContext
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner
@@ -79,6 +79,8 @@ def create_app(
     app.include_router(health.router)
     app.include_router(projects.router)
     app.include_router(board_gate.router)
+    app.include_router(retention.router)
+    app.include_router(metrics.router)
     app.include_router(pages.router)
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"

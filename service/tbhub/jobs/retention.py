@@ -205,7 +205,7 @@ def set_override(
     for name, value in values.items():
         setattr(override, name, value)
     override.updated_by, override.updated_at = actor, utc(time.time())
-    audit.record(session, actor=actor, action="retention.policy", target=project, **values)
+    audit.record(session, actor=actor, action="retention.policy", target=project, changes=values)
     session.flush()
     return override_values(override)
 

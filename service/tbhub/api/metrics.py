@@ -1,0 +1,53 @@
+"""/metrics in the Prometheus text format: backup recovery point and last result, trash."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from sqlalchemy import func, select
+
+from tbhub.api.deps import SessionDep
+from tbhub.jobs.backup import last_runs
+from tbhub.models import TrashEntry
+
+router = APIRouter(tags=["health"])
+
+
+def metrics_text(session: SessionDep, now: float) -> str:
+    lines: list[str] = []
+
+    def gauge(name: str, help_text: str, value: float | None) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} gauge")
+        if value is not None:  # no sample at all until there is something to report
+            lines.append(f"{name} {value:.3f}".rstrip("0").removesuffix("."))
+
+    last, good = last_runs(session)
+    good_at = good.finished_at.timestamp() if good and good.finished_at else None
+    gauge("tbhub_backup_last_complete_timestamp_seconds",
+          "When the newest complete snapshot finished (Unix time).", good_at)  # fmt: skip
+    gauge("tbhub_backup_last_complete_age_seconds",
+          "Seconds since the newest complete snapshot finished: the recovery point.",
+          now - good_at if good_at is not None else None)  # fmt: skip
+    gauge("tbhub_backup_last_run_success",
+          "1 if the last backup run completed, 0 if it failed.",
+          (1 if last.state == "complete" else 0) if last else None)  # fmt: skip
+    gauge("tbhub_backup_last_run_timestamp_seconds", "When the last backup run ended.",
+          last.finished_at.timestamp() if last and last.finished_at else None)  # fmt: skip
+    count, size = session.execute(
+        select(func.count(), func.coalesce(func.sum(TrashEntry.bytes), 0)).where(
+            TrashEntry.state == "trashed"
+        )
+    ).one()
+    gauge("tbhub_trash_runs", "Runs in the trash.", count)
+    gauge("tbhub_trash_bytes", "Bytes in the trash.", size)
+    return "\n".join(lines) + "\n"
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(session: SessionDep) -> PlainTextResponse:
+    return PlainTextResponse(
+        metrics_text(session, time.time()), media_type="text/plain; version=0.0.4"
+    )

@@ -1,0 +1,93 @@
+"""/api/v1 retention policies: read and set by instance admins and project owners."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+
+from tbhub.api.deps import ContextDep, CurrentUser, SessionDep
+from tbhub.auth.permissions import load_access
+from tbhub.errors import Forbidden, NotFound
+from tbhub.jobs import retention
+from tbhub.models import Role, User
+from tbhub.names import check_project_name
+
+router = APIRouter(prefix="/api/v1", tags=["retention"])
+
+
+class PolicyIn(BaseModel):
+    """Fields left out stay as they are; null goes back to the global default; 0 turns a
+    limit off for this project."""
+
+    max_age_days: float | None = Field(default=None, ge=0)
+    keep_last: int | None = Field(default=None, ge=0)
+    max_project_bytes: int | None = Field(default=None, ge=0)
+    action: Literal["trash", "archive"] | None = None
+    active_minutes: float | None = Field(default=None, ge=0)
+
+
+class PinIn(BaseModel):
+    run: str = Field(description="The run's path inside the project, e.g. 'group/run-1'.")
+
+
+def require_owner(session: Session, user: User, project: str) -> None:
+    """Owners of the project and instance admins; others see 404 (not a member) or 403."""
+    check_project_name(project)
+    access = load_access(session, user_id=user.id, project=project)
+    if not access.can_view:
+        raise NotFound(f"no project named {project!r} that you can see; list yours with "
+                       "GET /api/v1/projects")  # fmt: skip
+    if not access.at_least(Role.owner):
+        raise Forbidden(f"only owners of {project} and instance admins manage its retention")
+
+
+@router.get("/retention/default")
+def get_default(user: CurrentUser, context: ContextDep) -> dict[str, Any]:
+    """The global default policy (from the settings)."""
+    if not user.is_admin:
+        raise Forbidden("only instance admins see the global retention default")
+    return retention.default_policy(context.settings).as_dict()
+
+
+@router.get("/projects/{name}/retention")
+def get_policy(
+    name: str, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
+    """The effective policy, the project's overrides, the default and the pinned runs."""
+    require_owner(session, user, name)
+    return retention.describe_policy(session, context.settings, project=name)
+
+
+@router.put("/projects/{name}/retention")
+def set_policy(
+    name: str, body: PolicyIn, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
+    require_owner(session, user, name)
+    values = body.model_dump(exclude_unset=True)
+    retention.set_override(session, project=name, values=values, actor=user.name)
+    return retention.describe_policy(session, context.settings, project=name)
+
+
+@router.post("/projects/{name}/retention/pins", status_code=201)
+def pin(name: str, body: PinIn, user: CurrentUser, session: SessionDep) -> dict[str, str]:
+    """Exempt a run from retention."""
+    require_owner(session, user, name)
+    retention.pin_run(session, project=name, run_path=body.run, actor=user.name)
+    return {"project": name, "run": body.run}
+
+
+@router.delete("/projects/{name}/retention/pins/{run:path}", status_code=204)
+def unpin(name: str, run: str, user: CurrentUser, session: SessionDep) -> None:
+    require_owner(session, user, name)
+    retention.unpin_run(session, project=name, run_path=run, actor=user.name)
+
+
+@router.get("/projects/{name}/retention/plan")
+def plan(name: str, user: CurrentUser, session: SessionDep, context: ContextDep) -> dict[str, Any]:
+    """The dry run for this project: what `tbhub admin retention apply` would remove now."""
+    require_owner(session, user, name)
+    [project_plan] = retention.plan_retention(context.factory, context.settings, project=name)
+    return project_plan.summary()

@@ -1,0 +1,118 @@
+"""Retention policies over /api/v1 and backup figures on /metrics, in-process, both databases."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.db import transaction
+from tbhub.jobs import backup
+from tbhub.models import AuditEvent, BackupRun
+from tbhub.settings import Settings
+from tests.jobs.conftest import EVENTS, fill_storage
+from tests.test_api import seed, sign_in
+
+
+def test_owners_read_and_set_their_project_policy(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303  # owner of vision
+    response = client.put("/api/v1/projects/vision/retention",
+                          json={"keep_last": 3, "action": "archive"})  # fmt: skip
+    assert response.status_code == 200
+    body = response.json()
+    assert body["overrides"]["keep_last"] == 3 and body["effective"]["action"] == "archive"
+    response = client.put("/api/v1/projects/vision/retention", json={"keep_last": None})
+    assert response.json()["overrides"]["keep_last"] is None
+    assert response.json()["overrides"]["action"] == "archive"  # left out: unchanged
+    assert client.get("/api/v1/projects/vision/retention").json()["effective"]["keep_last"] is None
+    with factory() as session:
+        events = session.scalars(
+            select(AuditEvent).where(AuditEvent.action == "retention.policy")
+        ).all()
+    assert [e.actor for e in events] == ["alice", "alice"]
+
+
+def test_editors_are_refused_and_non_members_see_nothing(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert client.get("/api/v1/projects/vision/retention").status_code == 401
+    sign_in(client, "bob")  # editor of vision
+    response = client.put("/api/v1/projects/vision/retention", json={"keep_last": 1})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "forbidden"
+    sign_in(client, "eve")
+    assert client.get("/api/v1/projects/vision/retention").status_code == 404
+    assert client.get("/api/v1/retention/default").status_code == 403
+    sign_in(client, "root")  # instance admin
+    assert client.put("/api/v1/projects/vision/retention", json={"keep_last": 1}).status_code == 200
+    assert client.get("/api/v1/retention/default").json()["action"] == "trash"
+
+
+def test_bad_policy_values_get_a_422_naming_the_field(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    sign_in(client, "alice")
+    response = client.put("/api/v1/projects/vision/retention", json={"keep_last": -2})
+    assert response.status_code == 422
+    assert "keep_last" in response.json()["error"]["message"]
+
+
+def test_pins_and_the_dry_run_through_the_api(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    for i, age in enumerate((1, 2, 3)):
+        run = settings.storage / "vision" / f"r{i}"
+        run.mkdir(parents=True)
+        (run / EVENTS).write_bytes(b"x" * 10)
+        stamp = time.time() - age * 86400
+        os.utime(run / EVENTS, (stamp, stamp))
+    sign_in(client, "alice")
+    client.put("/api/v1/projects/vision/retention", json={"keep_last": 1})
+    assert (
+        client.post("/api/v1/projects/vision/retention/pins", json={"run": "r2"}).status_code == 201
+    )
+    plan = client.get("/api/v1/projects/vision/retention/plan").json()
+    assert [r["path"] for r in plan["runs"]] == ["r1"]
+    assert (plan["remove_bytes"], plan["skipped_pinned"]) == (10, 1)
+    assert client.delete("/api/v1/projects/vision/retention/pins/r2").status_code == 204
+    plan = client.get("/api/v1/projects/vision/retention/plan").json()
+    assert [r["path"] for r in plan["runs"]] == ["r2", "r1"]
+    assert client.delete("/api/v1/projects/vision/retention/pins/r2").status_code == 404
+
+
+def metric(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_metrics_report_the_recovery_point_and_the_last_result(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings, tmp_path: Path
+) -> None:
+    text = client.get("/metrics").text
+    assert "# TYPE tbhub_backup_last_complete_age_seconds gauge" in text
+    assert metric(text, "tbhub_backup_last_complete_age_seconds") is None
+    seed(factory, settings)
+    fill_storage(settings, runs=1)
+    settings.backup_target = str(tmp_path / "backup")
+    backup.run_backup(factory, settings, actor="t")
+    text = client.get("/metrics").text
+    assert 0 <= metric(text, "tbhub_backup_last_complete_age_seconds") < 60  # type: ignore[operator]
+    assert metric(text, "tbhub_backup_last_run_success") == 1
+    with transaction(factory) as session:
+        session.add(BackupRun(target="x", snapshot="", state="failed", actor="t",
+                              finished_at=backup.datetime.now(backup.UTC)))  # fmt: skip
+    text = client.get("/metrics").text
+    assert metric(text, "tbhub_backup_last_run_success") == 0
+    assert metric(text, "tbhub_backup_last_complete_age_seconds") is not None
