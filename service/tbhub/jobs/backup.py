@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,7 +31,14 @@ from tbhub.errors import BackupFailed, ConfigError, NotFound, TbhubError
 from tbhub.jobs.config import job_lock, trash_root
 from tbhub.jobs.fsops import split_relative
 from tbhub.jobs.manifest import compare, format_manifest, parse_lines
-from tbhub.jobs.snapshots import MANIFEST, PARTIAL, classify, snapshot_name, to_keep
+from tbhub.jobs.snapshots import (
+    MANIFEST,
+    PARTIAL,
+    classify,
+    parse_name,
+    snapshot_name,
+    to_keep,
+)
 from tbhub.jobs.targets import UNREACHABLE_CODES, Target, TargetUnreachable
 from tbhub.models import BackupRun
 from tbhub.names import check_project_name
@@ -121,6 +128,10 @@ def take_snapshot(settings: Settings, target: Target, now: datetime) -> Snapshot
     target.ensure_root()
     complete, partial = classify(target.entries())
     name = snapshot_name(now)
+    if complete and name <= complete[-1]:  # two runs in one second: names must stay unique
+        latest = parse_name(complete[-1])
+        assert latest is not None
+        name = snapshot_name(latest + timedelta(seconds=1))
     result = SnapshotResult(name)
     if partial:  # an interrupted run: resume into its directory
         newest = partial[-1]

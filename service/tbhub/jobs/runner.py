@@ -1,0 +1,163 @@
+"""Background jobs for `tbhub serve`: scheduled backups, backups soon after the storage
+changes, the trash purge after its grace period, and (optionally) scheduled retention.
+
+Due times come from the database (the last backup run) or from the grace period itself, so
+a restarted server picks up where the last one left off; nothing waits only in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.errors import TbhubError
+from tbhub.jobs import backup, retention, trash
+from tbhub.jobs.config import trash_root
+from tbhub.models import BackupRun
+from tbhub.settings import Settings
+from tbhub.storage.fstype import is_network_filesystem
+
+log = logging.getLogger("tbhub.jobs")
+ACTOR = "scheduler"
+PURGE_EVERY = 3600.0
+
+
+class JobRunner:
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        *,
+        tick: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.tick = tick
+        self.clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._observer: Any = None
+        self._change_pending_since: float | None = None
+        self._last_purge = 0.0
+        self._last_retention = clock()  # the first scheduled apply is one interval away
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.settings.backup_target and self.settings.backup_after_change_seconds:
+            self._observer = self._watch_storage()
+        self._thread = threading.Thread(target=self._run, name="tbhub-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the job in progress (if any) ends."""
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def notify_change(self) -> None:
+        """The storage changed: take a snapshot `backup_after_change_seconds` from now."""
+        if self._change_pending_since is None:
+            self._change_pending_since = self.clock()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.run_due()
+            self._wake.wait(self.tick)
+            self._wake.clear()
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def run_due(self) -> list[str]:
+        """Run whatever is due now; returns the names of the jobs it ran."""
+        now = self.clock()
+        ran = []
+        if now - self._last_purge >= PURGE_EVERY:
+            self._last_purge = now
+            ran += self._guarded("purge", lambda: trash.purge(
+                self.factory, self.settings, older_than_days=self.settings.trash_grace_days,
+                actor=ACTOR))  # fmt: skip
+        hours = self.settings.retention_interval_hours
+        if hours and now - self._last_retention >= hours * 3600:
+            self._last_retention = now
+            ran += self._guarded("retention", self._apply_retention)
+        if self.settings.backup_target and self.backup_due(now):
+            self._change_pending_since = None
+            ran += self._guarded("backup", lambda: backup.run_backup(
+                self.factory, self.settings, actor=ACTOR))  # fmt: skip
+        return ran
+
+    def backup_due(self, now: float) -> bool:
+        after = self.settings.backup_after_change_seconds
+        pending = self._change_pending_since
+        if after and pending is not None and now - pending >= after:
+            return True
+        interval = self.settings.backup_interval_hours
+        if not interval:
+            return False
+        with self.factory() as session:
+            last = session.scalars(
+                select(BackupRun.started_at).order_by(BackupRun.id.desc())
+            ).first()
+        return last is None or now - last.timestamp() >= interval * 3600
+
+    def _apply_retention(self) -> None:
+        plans = retention.plan_retention(self.factory, self.settings)
+        report = retention.apply_plans(self.factory, self.settings, plans, actor=ACTOR)
+        log.info("retention: %s", report.as_dict())
+
+    def _guarded(self, name: str, job: Callable[[], object]) -> list[str]:
+        """Run a job; its failure is logged (and recorded by the job), never raised."""
+        try:
+            job()
+        except TbhubError as exc:
+            log.error("%s failed: %s", name, exc.message)
+        except Exception:
+            log.exception("%s failed", name)
+        return [name]
+
+    # -- change trigger ---------------------------------------------------------------------
+
+    def _watch_storage(self) -> Any:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+        from watchdog.observers.polling import PollingObserver
+
+        root = self.settings.storage
+        trash = str(trash_root(self.settings).resolve())
+        runner = self
+
+        class Changed(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                path = str(event.src_path)
+                if event.event_type not in ("opened", "closed_no_write") and not path.startswith(
+                    trash
+                ):
+                    runner.notify_change()
+
+        # inotify does not see writes from other NFS clients (DESIGN.md decision 9).
+        observer = PollingObserver(timeout=30) if is_network_filesystem(root) else Observer()
+        observer.schedule(Changed(), str(Path(root).resolve()), recursive=True)
+        observer.start()
+        return observer
+
+
+def start_jobs(settings: Settings, factory: sessionmaker[Session]) -> JobRunner:
+    """What `tbhub serve` calls once: start the job runner; call .stop() on shutdown."""
+    runner = JobRunner(settings, factory)
+    runner.start()
+    return runner
