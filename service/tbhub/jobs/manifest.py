@@ -22,7 +22,10 @@ def format_line(digest: str, path: str) -> str:
 
 def format_manifest(entries: Iterable[tuple[str, str]]) -> str:
     """(path, digest) pairs, sorted by path, as manifest text."""
-    return "".join(format_line(digest, path) for path, digest in sorted(entries))
+    return "".join(
+        format_line(digest, path) if "\\" in path or "\n" in path else f"{digest}  {path}\n"
+        for path, digest in sorted(entries)
+    )
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
@@ -30,6 +33,9 @@ def parse_lines(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     for raw in lines:
         line = raw.rstrip("\n")
         if not line:
+            continue
+        if line[64:66] == "  " and line[0] != "\\":  # the common case, quickly
+            yield line[66:], line[:64]
             continue
         escaped = line.startswith("\\")
         if escaped:

@@ -102,16 +102,6 @@ class Target:
     def read(self, name: str) -> bytes:
         return self.sh('cd -- "$1" && cat -- "$2"', self.root, name)
 
-    def inodes(self, name: str) -> dict[str, str]:
-        """path -> "device:inode" of every regular file in snapshot dir `name`."""
-        out = self.sh('cd -- "$1/$2" && find . -type f -printf "%D:%i %P\\0"', self.root, name)
-        result = {}
-        for item in out.decode(errors="surrogateescape").split("\0"):
-            if item:
-                ident, _, path = item.partition(" ")
-                result[path] = ident
-        return result
-
     def sha256(self, name: str, paths: list[str] | None = None) -> bytes:
         """`sha256sum` output for `paths` (all regular files when None) in snapshot `name`."""
         if paths is None:
