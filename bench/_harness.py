@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import psutil
 
 from tbhub.sample_logs import write_project
 
@@ -224,6 +225,7 @@ class Tbhub:
 
     root: Path
     storage_root: Path
+    tbhub_bin: str = TBHUB_BIN
     extra_env: dict[str, str] = field(default_factory=dict)
     http_port: int = field(default_factory=free_port)
     api_port: int = field(default_factory=free_port)
@@ -254,7 +256,7 @@ class Tbhub:
 
     def cli(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run(
-            [TBHUB_BIN, *args],
+            [self.tbhub_bin, *args],
             input=stdin,
             env=self.env,
             capture_output=True,
@@ -276,7 +278,7 @@ class Tbhub:
         """Start `tbhub serve`; return once /healthz answers 200 through nginx."""
         assert self.server is None or not self.server.alive(), "already running"
         self.server = spawn(
-            "tbhub serve", [TBHUB_BIN, "serve"], log_path=self.root / "serve.log", env=self.env
+            "tbhub serve", [self.tbhub_bin, "serve"], log_path=self.root / "serve.log", env=self.env
         )
         server = self.server
         with httpx.Client(timeout=1.0) as client:
@@ -342,12 +344,12 @@ class Tbhub:
 
 
 def _same_process(pid: int, create_time: float) -> bool:
-    import psutil
-
+    """The PID still belongs to the process recorded, not to a later one that reused it."""
     try:
-        return abs(psutil.Process(pid).create_time() - create_time) < 0.01
+        started = float(psutil.Process(pid).create_time())
     except psutil.Error:
         return False
+    return abs(started - create_time) < 0.01
 
 
 # -- bare TensorBoard -------------------------------------------------------------------------

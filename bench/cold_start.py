@@ -43,6 +43,7 @@ import httpx
 
 from _harness import (
     PROJECT,
+    TBHUB_BIN,
     Tbhub,
     bare_tensorboard,
     cached_logdir,
@@ -90,9 +91,11 @@ def measure_bare(logdir: Path, names: Sequence[str], work: Path, label: str) -> 
         board.stop()
 
 
-def measure_tbhub(storage: Path, names: Sequence[str], work: Path, label: str) -> float:
+def measure_tbhub(
+    storage: Path, names: Sequence[str], work: Path, label: str, tbhub_bin: str
+) -> float:
     """Seconds from the first board request through nginx to /data/runs listing every run."""
-    hub = Tbhub(root=work / f"tbhub-{label}", storage_root=storage)
+    hub = Tbhub(root=work / f"tbhub-{label}", storage_root=storage, tbhub_bin=tbhub_bin)
     hub.root.mkdir()
     try:
         hub.set_up()
@@ -119,7 +122,7 @@ def measure_tbhub(storage: Path, names: Sequence[str], work: Path, label: str) -
         hub.stop()
 
 
-def run(repeats: int, warmup: int) -> list[Sample]:
+def run(repeats: int, warmup: int, tbhub_bin: str) -> list[Sample]:
     cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     samples: list[Sample] = []
     with temp_dir("tbhub-bench-cold.") as work:
@@ -131,7 +134,7 @@ def run(repeats: int, warmup: int) -> list[Sample]:
             tag = "warm-up" if index <= 0 else f"run {index}/{repeats}"
             bare = measure_bare(logdir, names, work, label)
             log(f"{tag}: bare  {bare:6.2f}s")
-            hub = measure_tbhub(storage, names, work, label)
+            hub = measure_tbhub(storage, names, work, label, tbhub_bin)
             log(f"{tag}: tbhub {hub:6.2f}s")
             if index > 0:
                 samples += [Sample("bare", index, bare), Sample("tbhub", index, hub)]
@@ -143,11 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each (>= 1)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured pairs first")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.warmup < 0:
         parser.error("--runs must be >= 1 and --warmup >= 0")
 
-    samples = run(args.runs, args.warmup)
+    samples = run(args.runs, args.warmup, args.tbhub_bin)
     bare = [s.seconds for s in samples if s.kind == "bare"]
     hub = [s.seconds for s in samples if s.kind == "tbhub"]
     bare_median, hub_median = median(bare), median(hub)

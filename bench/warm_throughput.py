@@ -41,6 +41,7 @@ import psutil
 
 from _harness import (
     PROJECT,
+    TBHUB_BIN,
     Tbhub,
     answers_200,
     cached_logdir,
@@ -114,13 +115,15 @@ def check_same_answer(direct_url: str, nginx_url: str, cookie: str) -> None:
         raise RuntimeError(f"nginx answered {proxied.text!r}, the board {direct.text!r}")
 
 
-def measure(repeats: int, duration: int, warmup: int) -> tuple[list[WrkResult], dict[str, str]]:
+def measure(
+    repeats: int, duration: int, warmup: int, tbhub_bin: str
+) -> tuple[list[WrkResult], dict[str, str]]:
     cached, _names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     results: list[WrkResult] = []
     with temp_dir("tbhub-bench-warm.") as work:
         storage = work / "storage"
         shutil.copytree(cached, storage / PROJECT)
-        hub = Tbhub(root=work / "tbhub", storage_root=storage)
+        hub = Tbhub(root=work / "tbhub", storage_root=storage, tbhub_bin=tbhub_bin)
         hub.root.mkdir()
         try:
             hub.set_up()
@@ -172,11 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured short runs of each")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.duration < 1 or args.warmup < 0:
         parser.error("--runs and --duration must be >= 1, --warmup >= 0")
 
-    results, urls = measure(args.runs, args.duration, args.warmup)
+    results, urls = measure(args.runs, args.duration, args.warmup, args.tbhub_bin)
     direct = [r for r in results if r.kind == "direct"]
     nginx = [r for r in results if r.kind == "nginx"]
     direct_median = median([r.requests_per_s for r in direct])

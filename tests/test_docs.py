@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import click
 import typer
 
 from tbhub.cli.main import app
@@ -13,8 +13,9 @@ from tbhub.settings import Settings
 README = (Path(__file__).parents[1] / "README.md").read_text()
 
 
-def command_paths(command: click.Command, prefix: str = "tbhub") -> list[str]:
-    if isinstance(command, click.Group):
+def command_paths(command: Any, prefix: str = "tbhub") -> list[str]:
+    # typer vendors its own click, so test for a group by shape rather than by class.
+    if hasattr(command, "commands"):
         paths = []
         for name, sub in command.commands.items():
             paths.extend(command_paths(sub, f"{prefix} {name}"))

@@ -74,6 +74,10 @@ class BoardDirectory:
         """Record that someone waits for this board. True if that changed the desired state."""
         view = self.get(project_id)
         if view is not None and view.desired == DesiredState.running:
+            # Someone waits: read the board again on the next request, so that the switch
+            # to a ready board is not held back by the snapshot's age.
+            with self._lock:
+                self._loaded_at = float("-inf")
             return False
         with transaction(self._factory) as session:
             changed = request_board(session, project_id=project_id, now=datetime.now(UTC))
