@@ -213,3 +213,20 @@ def test_a_run_written_after_the_plan_is_left_alone(
         {"run": "vision/g/old", "why": "it was written to after the plan was made"}
     ]
     assert (run / EVENTS).is_file()
+
+
+def test_plan_over_several_projects_scans_each_one(
+    factory: sessionmaker[Session], jobs_settings: Settings, project: str, make_run: MakeRun
+) -> None:
+    from tbhub.projects import create_project
+
+    with transaction(factory) as session:
+        for name in ("audio", "text"):
+            create_project(session, name=name, storage_root=jobs_settings.storage, owner=None,
+                           actor="t")  # fmt: skip
+    for name, age in (("vision", 40), ("audio", 50), ("text", 1)):
+        make_run(name, f"{name}-run", age_days=age)
+    jobs_settings.retention_max_age_days = 30
+    plans = retention.plan_retention(factory, jobs_settings)  # several projects: worker processes
+    assert {p.project: [d.run.path for d in p.remove] for p in plans} == {
+        "audio": ["audio-run"], "text": [], "vision": ["vision-run"]}  # fmt: skip

@@ -25,7 +25,7 @@ from tbhub.jobs.policy import (
     merge,
     plan_project,
 )
-from tbhub.jobs.scan import measure_dir, scan_project
+from tbhub.jobs.scan import measure_dir, scan_projects
 from tbhub.models import PinnedRun, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
 from tbhub.settings import Settings
@@ -80,13 +80,11 @@ def plan_retention(
     with factory() as session:
         policies = load_policies(session, settings, project=project)
     now = time.time() if now is None else now
-    plans = []
-    for item in policies:
-        runs = scan_project(project_dir(settings.storage, item.project), item.project)
-        plans.append(
-            plan_project(item.project, runs, item.policy, pinned=set(item.pinned), now=now)
-        )
-    return plans
+    dirs = [(str(project_dir(settings.storage, p.project)), p.project) for p in policies]
+    return [
+        plan_project(item.project, runs, item.policy, pinned=set(item.pinned), now=now)
+        for item, runs in zip(policies, scan_projects(dirs), strict=True)
+    ]
 
 
 @dataclass

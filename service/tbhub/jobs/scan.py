@@ -7,8 +7,11 @@ moves it too. Symlinks are neither followed nor counted (DESIGN.md decision 9).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import stat
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -96,3 +99,21 @@ def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:
     """(bytes, files, newest mtime) of the directory `name` in `parent_fd`, never following a
     symlink. Apply uses it to check, just before it acts, that a run is as planned."""
     return _walk(parent_fd, name, name, "", [])
+
+
+def _scan_one(item: tuple[str, str]) -> list[RunInfo]:
+    return scan_project(item[0], item[1])
+
+
+def scan_projects(items: list[tuple[str, str]]) -> list[list[RunInfo]]:
+    """scan_project for each (directory, project), in worker processes when there are
+    several projects and CPUs. Threads do not help: the walk holds the GIL between stats.
+    A single-threaded caller (the CLI) forks, which costs nothing; the server runs threads,
+    so there the workers are spawned (they then import the server's modules once each)."""
+    workers = min(len(items), os.cpu_count() or 1, 8)
+    if workers < 2:
+        return [_scan_one(item) for item in items]
+    forkable = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if forkable else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return list(pool.map(_scan_one, items))
