@@ -17,6 +17,7 @@ from tbhub.sample_logs import write_run
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.loop import board_spec, probe_ready
 from tbhub.supervisor.plan import Instance
+from tests.scripts import write_script
 
 STUBBORN = """\
 import signal, sys, time
@@ -82,9 +83,7 @@ def test_tensorboard_starts_listens_on_loopback_and_stops(
 def test_stop_escalates_to_sigkill_when_int_and_term_are_ignored(
     tmp_path: Path, cleanup: list[LocalBackend]
 ) -> None:
-    script = tmp_path / "stubborn-tensorboard"
-    script.write_text(f"#!{sys.executable}\n{STUBBORN}")
-    script.chmod(0o755)
+    script = write_script(tmp_path / "stubborn-tensorboard", STUBBORN)
     backend = make_backend(tmp_path, str(script), grace=0.5)
     cleanup.append(backend)
     backend.start(board_spec("p", str(tmp_path)))
@@ -99,9 +98,7 @@ def test_stop_escalates_to_sigkill_when_int_and_term_are_ignored(
 def test_a_second_backend_adopts_what_the_first_started(
     tmp_path: Path, cleanup: list[LocalBackend]
 ) -> None:
-    script = tmp_path / "stubborn-tensorboard"
-    script.write_text(f"#!{sys.executable}\n{STUBBORN}")
-    script.chmod(0o755)
+    script = write_script(tmp_path / "stubborn-tensorboard", STUBBORN)
     first = make_backend(tmp_path, str(script), grace=0.2)
     started = first.start(board_spec("p", str(tmp_path)))
     successor = make_backend(tmp_path, str(script), grace=0.2)

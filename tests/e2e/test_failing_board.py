@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
@@ -10,9 +9,9 @@ from sqlalchemy import select
 
 from tbhub.models import Board, ObservedState
 from tests.e2e.harness import TbhubServer, wait_until
+from tests.scripts import write_script
 
 CRASHING_TENSORBOARD = """\
-import sys
 print("fatal: cannot read logdir (simulated)", flush=True)
 sys.exit(3)
 """
@@ -22,10 +21,7 @@ def test_crashing_board_is_marked_failed_with_its_last_log_lines(
     make_server: Callable[..., TbhubServer],
 ) -> None:
     server = make_server()
-    script = server.data_dir.parent / "crashing-tensorboard"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(f"#!{sys.executable}\n{CRASHING_TENSORBOARD}")
-    script.chmod(0o755)
+    script = write_script(server.data_dir.parent / "crashing-tensorboard", CRASHING_TENSORBOARD)
     server.env["TBHUB_TENSORBOARD_BIN"] = str(script)
     server.add_user("alice", "alice-password")
     server.add_project("vision", owner="alice")
