@@ -230,3 +230,26 @@ def test_plan_over_several_projects_scans_each_one(
     plans = retention.plan_retention(factory, jobs_settings)  # several projects: worker processes
     assert {p.project: [d.run.path for d in p.remove] for p in plans} == {
         "audio": ["audio-run"], "text": [], "vision": ["vision-run"]}  # fmt: skip
+
+
+def test_plan_from_a_threaded_server_scans_in_spawned_workers(
+    factory: sessionmaker[Session], jobs_settings: Settings, project: str, make_run: MakeRun
+) -> None:
+    import threading
+
+    from tbhub.projects import create_project
+
+    with transaction(factory) as session:
+        create_project(session, name="audio", storage_root=jobs_settings.storage, owner=None,
+                       actor="t")  # fmt: skip
+    make_run("vision", "old", age_days=40)
+    make_run("audio", "old", age_days=40)
+    jobs_settings.retention_max_age_days = 30
+    result: list[object] = []
+    worker = threading.Thread(  # two threads alive: forking would be unsafe, so it spawns
+        target=lambda: result.append(retention.plan_retention(factory, jobs_settings))
+    )
+    worker.start()
+    worker.join(60)
+    [plans] = result
+    assert {p.project: len(p.remove) for p in plans} == {"audio": 1, "vision": 1}  # type: ignore[attr-defined]

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
 from tbhub.db import transaction
-from tbhub.errors import BackupFailed, ConfigError, NotFound, TbhubError
+from tbhub.errors import BackupFailed, ConfigError, InvalidInput, NotFound, TbhubError
 from tbhub.jobs.config import job_lock, trash_root
 from tbhub.jobs.fsops import split_relative
 from tbhub.jobs.manifest import compare, format_manifest, parse_lines
@@ -374,7 +374,7 @@ def restore(
         if run is not None:
             parts.extend(split_relative(run))
     elif run is not None:
-        raise ConfigError("--run needs --project")
+        raise InvalidInput("--run needs --project: a run path is inside a project")
     base = (into or settings.storage).expanduser().absolute()
     destination = base.joinpath(*parts)
     if into is None:
