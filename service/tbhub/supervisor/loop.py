@@ -23,7 +23,7 @@ from tbhub.supervisor.plan import BoardSpec, Desired, Forget, Instance, Observed
 log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
-FAST_INTERVAL = 0.5
+FAST_INTERVAL = 0.1
 MAX_RESTART_BACKOFF = 300.0
 
 
