@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -252,6 +253,8 @@ def closed_port() -> int:
 def test_an_unreachable_target_is_retried_with_backoff_and_reported(
     factory: sessionmaker[Session], jobs_settings: Settings, project: str
 ) -> None:
+    if shutil.which("ssh") is None:
+        pytest.skip("needs the ssh client (apt-get install openssh-client)")
     fill_storage(jobs_settings, runs=1)
     jobs_settings.backup_target = "nobody@127.0.0.1:/nonexistent"
     jobs_settings.backup_ssh_command = (

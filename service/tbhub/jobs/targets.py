@@ -68,6 +68,11 @@ class Target:
             )
         except subprocess.TimeoutExpired:
             raise TargetUnreachable(f"{self.spec} did not answer within {timeout:.0f}s") from None
+        except FileNotFoundError as exc:
+            raise ConfigError(
+                f"{exc.filename} is not installed; install it (e.g. apt-get install "
+                "openssh-client) or fix TBHUB_BACKUP_SSH_COMMAND"
+            ) from None
         if result.returncode == 255 and self.host is not None:
             raise TargetUnreachable(
                 f"cannot reach {self.host}: {result.stderr.decode(errors='replace').strip()}"
