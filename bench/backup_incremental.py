@@ -14,9 +14,10 @@ they are put back exactly, so every run sees the same 1% change.
 - tbhub CLI: the same as `tbhub admin backup run` in a fresh process, which adds Python
   start-up and imports (about 0.8 s here); reported beside it.
 
-Each measured snapshot is deleted afterwards, unmeasured. Runs alternate plain, tbhub,
-tbhub CLI, ... after one unmeasured warm-up round. Reported: every run, the medians, and
-median(tbhub) / median(plain); the target is <= 1.1x.
+Each measured snapshot is deleted afterwards, unmeasured, followed by a `sync`. The order
+alternates (plain, tbhub, CLI; then CLI, tbhub, plain) after one unmeasured warm-up round.
+Reported: every run, the medians, and median(tbhub) / median(plain); the target is
+<= 1.1x.
 
     .venv/bin/python bench/backup_incremental.py [--runs 5] [--json]
 """
@@ -166,13 +167,23 @@ def main() -> None:
         for i in range(args.runs + 1):
             saved = change_some(files, rng)
             try:
-                plain = plain_rsync(storage, previous, scratch)
-                ours = install.backup_in_process()
-                assert len(install.snapshots()) == 2, install.snapshots()
-                install.drop_newer_than_baseline()
-                cli = install.tbhub("admin", "backup", "run")
-                assert len(install.snapshots()) == 2, install.snapshots()
-                install.drop_newer_than_baseline()
+                measured: dict[str, float] = {}
+                # Alternate who goes first; after each, delete its snapshot and sync, so no
+                # side runs while the filesystem still writes back the other's deletions.
+                order = ["plain", "tbhub", "cli"] if i % 2 else ["cli", "tbhub", "plain"]
+                for side in order:
+                    if side == "plain":
+                        measured[side] = plain_rsync(storage, previous, scratch)
+                    else:
+                        measured[side] = (
+                            install.backup_in_process()
+                            if side == "tbhub"
+                            else install.tbhub("admin", "backup", "run")
+                        )
+                        assert len(install.snapshots()) == 2, install.snapshots()
+                        install.drop_newer_than_baseline()
+                    os.sync()
+                plain, ours, cli = measured["plain"], measured["tbhub"], measured["cli"]
             finally:
                 put_back(saved)
             line = f"plain {plain:.2f}s, tbhub {ours:.2f}s, tbhub CLI {cli:.2f}s"
