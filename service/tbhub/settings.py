@@ -166,7 +166,7 @@ class Settings(BaseSettings):
         default=3,
         ge=0,
         description="Retries when the backup target is unreachable (rsync/ssh exit codes "
-        "10, 12, 30, 35, 255), with exponential backoff.",
+        "5, 10, 12, 30, 35, 255), with exponential backoff.",
     )
     backup_retry_backoff: float = Field(
         default=10.0,
