@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
-# with `test`, also Debian's chromium for the browser tests; with `bench`, also wrk.
+# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests);
+# with `bench`, also wrk.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
 set -euo pipefail
 missing=()
@@ -8,7 +9,10 @@ have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || missing+=(nginx)
 have rsync || missing+=(rsync)
 case "${1:-}" in
-  test) have chromium || missing+=(chromium) ;;
+  test)
+    have chromium || missing+=(chromium)
+    have ssh || missing+=(openssh-client)
+    [ -x /usr/sbin/sshd ] || missing+=(openssh-server) ;;
   bench) have wrk || missing+=(wrk) ;;
 esac
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -31,9 +31,11 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
         "= /_auth/board",
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})/$"',
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})(?:/.*)?$"',
+        "= /metrics",
         "@control_plane",
         "/",
     }
+    assert "deny all;" in proxied["= /metrics"]
     for name, body in proxied.items():
         if name == "= /_auth/board":
             # The hook gets only the headers listed for it, nothing a client adds.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import resource
 from pathlib import Path
 from typing import IO
@@ -13,6 +11,8 @@ import uvicorn
 
 from tbhub.db import upgrade
 from tbhub.errors import ConfigError
+from tbhub.jobs.runner import start_jobs
+from tbhub.locks import LockHeld, hold_lock
 from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.settings import Settings, prepare_runtime
@@ -31,19 +31,13 @@ def raise_open_file_limit() -> None:
 
 def hold_data_dir_lock(data_dir: Path) -> IO[str]:
     """One `tbhub serve` per data dir: its supervisor is the only one to run boards there."""
-    handle = open(data_dir / "serve.lock", "a+")  # noqa: SIM115 - held for the process lifetime
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
+        return hold_lock(data_dir / "serve.lock")
+    except LockHeld as held:
         raise ConfigError(
-            f"another `tbhub serve` (pid {handle.read().strip() or '?'}) uses {data_dir}; "
+            f"another `tbhub serve` (pid {held.holder}) uses {data_dir}; "
             "stop it first or point TBHUB_DATA_DIR elsewhere"
         ) from None
-    handle.truncate(0)
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
 
 
 def serve(settings: Settings, *, with_nginx: bool = True) -> None:
@@ -72,8 +66,10 @@ def serve(settings: Settings, *, with_nginx: bool = True) -> None:
         interval=settings.reconcile_interval,
     )
     context.wake_supervisor = supervisor.wake
+    jobs = start_jobs(settings, context.factory)
     nginx = NginxMaster(settings) if with_nginx else None
-    app = create_app(context, supervisor=supervisor, on_shutdown=(nginx.stop,) if nginx else ())
+    shutdown_hooks = (jobs.stop, nginx.stop) if nginx is not None else (jobs.stop,)
+    app = create_app(context, supervisor=supervisor, on_shutdown=shutdown_hooks)
     try:
         if nginx is not None:
             nginx.start()
@@ -88,6 +84,7 @@ def serve(settings: Settings, *, with_nginx: bool = True) -> None:
             proxy_headers=False,
         )
     finally:
+        jobs.stop()
         if nginx is not None:
             nginx.stop()
         lock.close()

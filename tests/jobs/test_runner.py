@@ -43,13 +43,14 @@ def test_a_change_in_the_storage_triggers_a_backup_soon_after(
     jobs_settings.backup_target = str(tmp_path / "backup")
     jobs_settings.backup_interval_hours = None
     jobs_settings.backup_after_change_seconds = 0.3
-    runner = JobRunner(jobs_settings, factory, tick=0.1)
+    # The default 30 s tick: the change, not the tick, decides when the backup runs.
+    runner = JobRunner(jobs_settings, factory)
     runner.start()
     try:
         time.sleep(0.3)
         assert backup_states(factory) == []  # nothing changed, nothing scheduled
         fill_storage(jobs_settings, runs=1)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 10
         while backup_states(factory) != ["complete"] and time.monotonic() < deadline:
             time.sleep(0.1)
         assert backup_states(factory) == ["complete"]

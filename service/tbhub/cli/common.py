@@ -82,7 +82,7 @@ def db_session(settings: Settings) -> Iterator[Session]:
 
 def emit(data: Any, *, as_json: bool, human: Callable[[], None]) -> None:
     if as_json:
-        json.dump(data, sys.stdout, default=str)
-        sys.stdout.write("\n")
+        # One dumps then one write: much faster than json.dump's many small writes.
+        sys.stdout.write(json.dumps(data, default=str) + "\n")
     else:
         human()

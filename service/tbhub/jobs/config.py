@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tbhub.errors import ConfigError, JobBusy
+from tbhub.locks import LockHeld, hold_lock
 from tbhub.names import PROJECT_SLUG
 from tbhub.settings import Settings
 
@@ -43,20 +42,14 @@ def archive_root(settings: Settings) -> Path:
 def job_lock(settings: Settings, name: str) -> Iterator[None]:
     """One `name` job (retention, backup) at a time per data dir, across processes."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    path = settings.data_dir / f"{name}.lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "?"
-            raise JobBusy(
-                f"another {name} job (pid {holder}) is running on {settings.data_dir}; "
-                "wait for it to finish and try again"
-            ) from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
+    try:
+        handle = hold_lock(settings.data_dir / f"{name}.lock")
+    except LockHeld as held:
+        raise JobBusy(
+            f"another {name} job (pid {held.holder}) is running on {settings.data_dir}; "
+            "wait for it to finish and try again"
+        ) from None
+    with handle:
         try:
             yield
         finally:

@@ -77,8 +77,16 @@ class JobRunner:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.run_due()
-            self._wake.wait(self.tick)
+            self._wake.wait(self._next_wait())
             self._wake.clear()
+
+    def _next_wait(self) -> float:
+        """Sleep until the next tick, or until a pending change-triggered backup is due."""
+        after = self.settings.backup_after_change_seconds
+        pending = self._change_pending_since
+        if after and pending is not None:
+            return max(0.0, min(self.tick, pending + after - self.clock()))
+        return self.tick
 
     # -- one pass ---------------------------------------------------------------------------
 

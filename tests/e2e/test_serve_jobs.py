@@ -1,0 +1,43 @@
+"""`tbhub serve` runs the job runner: a change in storage is backed up soon after."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tbhub.sample_logs import write_run
+from tests.e2e.harness import TbhubServer, wait_until
+
+
+def test_serve_backs_up_soon_after_storage_changes_and_reports_it(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    target = server.data_dir.parent / "backups"
+    server.env["TBHUB_BACKUP_TARGET"] = str(target)
+    server.env["TBHUB_BACKUP_AFTER_CHANGE_SECONDS"] = "1"
+    project = server.add_project("vision")
+    server.start()
+
+    write_run(project / "run-00", steps=10, tags=1)
+
+    def metric(name: str) -> float | None:
+        text = server.client().get("/metrics").text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def backed_up() -> list[object]:
+        return list(target.glob("*/vision/run-00/events.out.tfevents.*"))
+
+    copied = wait_until(backed_up, timeout=60, what="a backup triggered by the new run")
+    assert isinstance(copied, list) and len(copied) == 1
+    wait_until(
+        lambda: metric("tbhub_backup_last_run_success") == 1.0,
+        timeout=30,
+        what="/metrics to report the successful run",
+    )
+    age = metric("tbhub_backup_last_complete_age_seconds")
+    assert age is not None and 0 <= age < 60
+    original = next((project / "run-00").glob("events.out.tfevents.*"))
+    assert copied[0].read_bytes() == original.read_bytes()  # type: ignore[attr-defined]
