@@ -92,7 +92,9 @@ def test_stop_escalates_to_sigkill_when_int_and_term_are_ignored(
     began = time.monotonic()
     backend.stop(instance)
     assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    assert 1.0 <= time.monotonic() - began < 5.0, "INT and TERM each get their grace, then KILL"
+    elapsed = time.monotonic() - began
+    assert elapsed >= 1.0, "INT and TERM each get their 0.5 s grace before KILL"
+    assert elapsed < 5.0, "KILL ends it without waiting further"
 
 
 def test_a_second_backend_adopts_what_the_first_started(
