@@ -59,7 +59,9 @@ def render_config(settings: Settings) -> str:
     ).from_string(template_text)
     base = nginx_dir(settings)
     return template.render(
-        worker_processes=max(1, min(os.cpu_count() or 1, 4)),
+        # One worker: nginx only proxies, far faster than any board it fronts, and more
+        # workers compete with the boards for the host's cores (bench/warm_throughput.py).
+        worker_processes=1,
         worker_user=worker_user(settings.data_dir),
         run_dir=base,
         log_dir=base / "logs",
