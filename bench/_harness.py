@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
-import psutil
 
+from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
 
 HOST = "127.0.0.1"
@@ -106,6 +106,7 @@ class Group:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    ref: ProcessRef
 
     @property
     def pid(self) -> int:
@@ -122,20 +123,10 @@ class Group:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self, *, sig: signal.Signals = signal.SIGTERM, grace: float = 30.0) -> None:
-        """Signal the whole group, wait for the leader, then SIGKILL whatever is left."""
-        if self.alive():
-            _killpg(self.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=grace)
-        # Members that outlived the leader (or a leader that ignored `sig`).
-        _killpg(self.pid, signal.SIGKILL)
+        """Signal the whole group, then SIGKILL whatever is left after `grace` seconds."""
+        stop_group(self.ref, grace=grace, signals=(sig, signal.SIGKILL))
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
-
-
-def _killpg(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def spawn(
@@ -150,7 +141,7 @@ def spawn(
             env=env,
             start_new_session=True,
         )
-    return Group(name=name, process=process, log_path=log_path)
+    return Group(name=name, process=process, log_path=log_path, ref=ProcessRef.of(process.pid))
 
 
 @contextlib.contextmanager
@@ -310,9 +301,10 @@ class Tbhub:
                 pid, create_time = int(state["pid"]), float(state["create_time"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if _same_process(pid, create_time):
+            ref = ProcessRef(pid=pid, create_time=create_time)
+            if ref.is_alive():
                 log(f"  stopping leftover process group {pid} ({record.name})")
-                _killpg(pid, signal.SIGKILL)
+                stop_group(ref, grace=5.0, signals=(signal.SIGKILL,))
 
     def sign_in(self) -> str:
         """The tbhub_session cookie for the bench user, via the sign-in form."""
@@ -341,15 +333,6 @@ class Tbhub:
 
     def board_url(self, path: str) -> str:
         return f"{self.base_url}/boards/{PROJECT}/{path.lstrip('/')}"
-
-
-def _same_process(pid: int, create_time: float) -> bool:
-    """The PID still belongs to the process recorded, not to a later one that reused it."""
-    try:
-        started = float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return False
-    return abs(started - create_time) < 0.01
 
 
 # -- bare TensorBoard -------------------------------------------------------------------------

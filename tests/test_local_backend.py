@@ -50,9 +50,7 @@ def wait_for(backend: LocalBackend, predicate: str, timeout: float = 60) -> Inst
             for instance in backend.list_instances():
                 if predicate == "upstream" and instance.upstream:
                     return instance
-                if predicate == "ready" and probe_ready(
-                    instance, f"/boards/{instance.project}", client
-                ):
+                if predicate == "ready" and probe_ready(instance, client):
                     return instance
             time.sleep(0.1)
     raise AssertionError(f"no instance became {predicate}")

@@ -12,6 +12,7 @@ from tbhub.errors import NotFound
 from tbhub.models import Project, Role
 from tbhub.names import check_project_name
 from tbhub.projects import visible_projects
+from tbhub.supervisor.plan import board_prefix
 
 router = APIRouter(prefix="/api/v1", tags=["projects"])
 
@@ -34,7 +35,7 @@ class ProjectOut(BaseModel):
         return cls(
             name=project.name,
             role=role,
-            board_url=f"/boards/{project.name}/",
+            board_url=board_prefix(project.name) + "/",
             board=BoardOut(
                 desired_state=board.desired_state,
                 observed_state=board.observed_state,

@@ -13,10 +13,11 @@ from tbhub.cli.common import (
     err_console,
     fail,
     handle_errors,
+    human_bytes,
     out_console,
     runtime_settings,
+    session_factory,
 )
-from tbhub.cli.retention import human_bytes, session_factory
 from tbhub.errors import TbhubError
 from tbhub.jobs import backup
 

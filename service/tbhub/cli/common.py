@@ -13,7 +13,8 @@ import typer
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from rich.console import Console
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import alembic_config, make_engine, make_session_factory, transaction
 from tbhub.errors import ConfigError, TbhubError
@@ -54,14 +55,10 @@ def runtime_settings() -> Settings:
     return prepare_runtime(load_settings())
 
 
-def check_schema(settings: Settings) -> None:
-    engine = make_engine(settings.db_url)
-    try:
-        with engine.connect() as connection:
-            current = MigrationContext.configure(connection).get_current_revision()
-    finally:
-        engine.dispose()
-    head = ScriptDirectory.from_config(alembic_config(settings.db_url)).get_current_head()
+def check_schema(engine: Engine, url: str) -> None:
+    with engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
     if current != head:
         raise ConfigError(
             f"the database schema is at {current or 'nothing'} but tbhub needs {head}; "
@@ -70,14 +67,29 @@ def check_schema(settings: Settings) -> None:
 
 
 @contextmanager
-def db_session(settings: Settings) -> Iterator[Session]:
-    check_schema(settings)
+def session_factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
+    """Sessions on the configured database, once its schema is known to be current."""
     engine = make_engine(settings.db_url)
     try:
-        with transaction(make_session_factory(engine)) as session:
-            yield session
+        check_schema(engine, settings.db_url)
+        yield make_session_factory(engine)
     finally:
         engine.dispose()
+
+
+@contextmanager
+def db_session(settings: Settings) -> Iterator[Session]:
+    """One all-or-nothing transaction on the configured database."""
+    with session_factory(settings) as factory, transaction(factory) as session:
+        yield session
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 def emit(data: Any, *, as_json: bool, human: Callable[[], None]) -> None:

@@ -8,8 +8,8 @@ import secrets
 from sqlalchemy.orm import Session
 
 from tbhub.auth.passwords import hash_password
-from tbhub.cli.common import handle_errors, out_console, runtime_settings
-from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.cli.common import db_session, handle_errors, out_console, runtime_settings
+from tbhub.db import upgrade
 from tbhub.errors import NotFound
 from tbhub.projects import create_project, get_project
 from tbhub.sample_logs import write_project
@@ -49,11 +49,9 @@ def run_demo() -> None:
     settings = runtime_settings()
     upgrade(settings.db_url)
     password = secrets.token_urlsafe(12)
-    engine = make_engine(settings.db_url)
-    with transaction(make_session_factory(engine)) as session:
+    with db_session(settings) as session:
         _ensure_admin(session, password)
         created = _ensure_project(session, settings)
-    engine.dispose()
     if created:
         out_console.print("writing sample runs for the demo project ...")
         write_project(settings.storage / DEMO_PROJECT, runs=4, steps=500, tags=3, prefix="mnist")

@@ -4,29 +4,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
-from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.cli.common import (
     JsonOption,
-    check_schema,
     emit,
     err_console,
     fail,
     handle_errors,
+    human_bytes,
     out_console,
     runtime_settings,
+    session_factory,
 )
-from tbhub.db import make_engine, make_session_factory, transaction
+from tbhub.db import transaction
 from tbhub.jobs import retention, trash
 from tbhub.jobs.policy import ProjectPlan
-from tbhub.settings import Settings
 
 app = typer.Typer(help="Retention: what to remove by age, count and size.", no_args_is_help=True)
 trash_app = typer.Typer(
@@ -36,24 +33,6 @@ trash_app = typer.Typer(
 ACTOR = "cli"
 ProjectOption = typer.Option(None, "--project", "-p", help="Only this project.")
 SHOWN_RUNS = 10
-
-
-@contextmanager
-def session_factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
-    check_schema(settings)
-    engine = make_engine(settings.db_url)
-    try:
-        yield make_session_factory(engine)
-    finally:
-        engine.dispose()
-
-
-def human_bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def _when(ts: float) -> str:

@@ -7,7 +7,9 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 from sqlalchemy import select
@@ -16,9 +18,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub import audit
 from tbhub.boards import AccessTracker, cull_idle_boards, flush_access
 from tbhub.db import transaction
+from tbhub.errors import UnsafePath
 from tbhub.models import Board, DesiredState, ObservedState, Project
+from tbhub.storage.paths import project_dir
 from tbhub.supervisor.backends.base import Backend
-from tbhub.supervisor.plan import BoardSpec, Desired, Forget, Instance, Observed, Start, Stop, plan
+from tbhub.supervisor.plan import (
+    BoardSpec,
+    Desired,
+    Forget,
+    Instance,
+    Observed,
+    Start,
+    Stop,
+    board_prefix,
+    plan,
+)
 
 log = logging.getLogger("tbhub.supervisor")
 
@@ -33,17 +47,17 @@ def restart_backoff(failures: int) -> float:
 
 
 def board_spec(project: str, storage_root: str) -> BoardSpec:
-    return BoardSpec(
-        project=project, logdir=f"{storage_root}/{project}", path_prefix=f"/boards/{project}"
-    )
+    logdir = project_dir(Path(storage_root), project)
+    return BoardSpec(project=project, logdir=str(logdir), path_prefix=board_prefix(project))
 
 
-def probe_ready(instance: Instance, spec_prefix: str, client: httpx.Client) -> bool:
+def probe_ready(instance: Instance, client: httpx.Client) -> bool:
     """Ready means /data/environment answers 200: unlike /data/logdir it needs the data server."""
-    if instance.upstream is None:
+    if not instance.alive or instance.upstream is None:
         return False
+    url = f"http://{instance.upstream}{board_prefix(instance.project)}/data/environment"
     try:
-        response = client.get(f"http://{instance.upstream}{spec_prefix}/data/environment")
+        response = client.get(url)
     except httpx.HTTPError:
         return False
     return response.status_code == 200
@@ -133,27 +147,25 @@ class Supervisor:
                     Board, Board.project_id == Project.id
                 )
             ).all()
-        return {
-            name: Desired(
-                spec=board_spec(name, self.storage_root),
+        desired = {}
+        for name, state, retry_at in rows:
+            try:
+                spec = board_spec(name, self.storage_root)
+            except UnsafePath as exc:
+                # Left out of the desired set, so a board serving it is stopped too.
+                log.error("not serving project %s: %s", name, exc.message)
+                continue
+            desired[name] = Desired(
+                spec=spec,
                 running=state == DesiredState.running,
                 retry_at=retry_at.timestamp() if retry_at is not None else None,
             )
-            for name, state, retry_at in rows
-        }
+        return desired
 
     def _observe(self) -> list[Instance]:
         instances = self.backend.list_instances()
-        prefixes = {i.instance_id: f"/boards/{i.project}" for i in instances}
-        ready = list(
-            self._pool.map(
-                lambda i: i.alive and probe_ready(i, prefixes[i.instance_id], self._http),
-                instances,
-            )
-        )
-        return [
-            Instance(**{**i.__dict__, "ready": ok}) for i, ok in zip(instances, ready, strict=True)
-        ]
+        ready = self._pool.map(lambda i: probe_ready(i, self._http), instances)
+        return [replace(i, ready=ok) for i, ok in zip(instances, ready, strict=True)]
 
     def _apply(self, actions: list[Start | Stop | Forget]) -> dict[str, str]:
         """Carry out the actions in parallel; return an error message per project."""

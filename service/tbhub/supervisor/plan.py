@@ -12,6 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 
+def board_prefix(project: str) -> str:
+    """The path every request for a project's board starts with (TensorBoard --path_prefix)."""
+    return f"/boards/{project}"
+
+
 @dataclass(frozen=True)
 class BoardSpec:
     """Everything that shapes a board process; a change means a new process (blue/green)."""
