@@ -15,16 +15,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tbhub import __version__
 from tbhub.api import board_gate, health, metrics, projects, retention
-from tbhub.api.deps import AppContext
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import make_engine, make_session_factory
+from tbhub.deps import AppContext
 from tbhub.errors import TbhubError
 from tbhub.settings import Settings
 from tbhub.supervisor.loop import Supervisor
+from tbhub.templating import render
 from tbhub.web import pages
-from tbhub.web.templating import render
 
 log = logging.getLogger("tbhub")
 

@@ -16,11 +16,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from tbhub.api.deps import AppContext, ContextDep, signed_in_user_id
 from tbhub.boards import BoardView
+from tbhub.deps import AppContext, ContextDep, signed_in_user_id
 from tbhub.errors import Forbidden, NotAuthenticated, NotFound
 from tbhub.models import ObservedState
-from tbhub.web.templating import render
+from tbhub.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from tbhub.api.deps import ContextDep
+from tbhub.deps import ContextDep
 
 router = APIRouter(tags=["health"])
 

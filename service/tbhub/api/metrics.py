@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import func, select
 
-from tbhub.api.deps import SessionDep
+from tbhub.deps import SessionDep
 from tbhub.jobs.backup import last_runs
 from tbhub.models import TrashEntry
 

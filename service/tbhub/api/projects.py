@@ -7,7 +7,7 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from tbhub.api.deps import CurrentUser, SessionDep
+from tbhub.deps import CurrentUser, SessionDep
 from tbhub.errors import NotFound
 from tbhub.models import Project, Role
 from tbhub.names import check_project_name

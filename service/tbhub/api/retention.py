@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from tbhub.api.deps import ContextDep, CurrentUser, SessionDep
 from tbhub.auth.permissions import load_access
+from tbhub.deps import ContextDep, CurrentUser, SessionDep
 from tbhub.errors import Forbidden, NotFound
 from tbhub.jobs import retention
 from tbhub.models import Role, User

@@ -7,12 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from tbhub.api.deps import ContextDep, OptionalUser, SessionDep
 from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
+from tbhub.deps import ContextDep, OptionalUser, SessionDep
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.projects import visible_projects
+from tbhub.templating import render
 from tbhub.users import authenticate
-from tbhub.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

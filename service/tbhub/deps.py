@@ -1,4 +1,5 @@
-"""What every route may depend on: the app context, a DB session and the signed-in user."""
+"""What every route, in api/ and web/ alike, may depend on: the app context, a DB session
+and the signed-in user."""
 
 from __future__ import annotations
 

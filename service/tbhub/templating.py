@@ -1,4 +1,5 @@
-"""Jinja2 templates for the server-rendered pages."""
+"""Jinja2 templates for server-rendered pages, used by web/ pages and by api/ answers
+(the board gate's "starting" and error pages)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
-TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "web" / "templates"))
 
 
 def render(
