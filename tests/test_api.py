@@ -145,6 +145,9 @@ def test_auth_hook_answers_each_role(
     sign_in(client, "alice")
     assert auth(client, "/boards/unknown/")[0] == 403
     assert auth(client, "/api/v1/projects")[0] == 403
+    for unsafe in ("/boards/vision/../eve/", "/boards/vision/%2E%2E/x", "/boards/vision//x"):
+        assert auth(client, unsafe)[0] == 403, unsafe
+    assert auth(client, "/boards/vision/data?tag=a%2Fb")[0] == 200
 
 
 def test_auth_hook_marks_a_stopped_board_wanted_and_routes_to_the_control_plane(

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from tbhub.auth.passwords import hash_password, verify_password
-from tbhub.auth.sessions import SessionSigner, csrf_matches
-from tbhub.errors import InvalidInput, UnsafePath
+from tbhub.auth.sessions import SessionSigner, csrf_matches, read_session_cookie
+from tbhub.errors import AmbiguousSession, InvalidInput, UnsafePath
 from tbhub.names import check_project_name
 from tbhub.storage.paths import inside_root, project_dir
 from tbhub.web.pages import safe_next
@@ -83,3 +83,34 @@ def test_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_redirects_after_sign_in_stay_local(target: str | None, expected: str) -> None:
     assert safe_next(target) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "value"),
+    [
+        ([], None),
+        (["other=1"], None),
+        (["tbhub_session=abc"], "abc"),
+        (["a=1; tbhub_session=abc ; b=2"], "abc"),
+        (["tbhub_session="], None),
+        (["tbhub_csrf=x", "tbhub_session=abc"], "abc"),
+    ],
+)
+def test_one_session_cookie_is_read_exactly(headers: list[str], value: str | None) -> None:
+    assert read_session_cookie(headers) == value
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        ["tbhub_session=a; tbhub_session=b"],
+        ["tbhub_session=; tbhub_session=b"],
+        ["tbhub_session=a", "tbhub_session=b"],
+        ["TBHUB_SESSION=a"],
+        ["tbhub_session=a; Tbhub_Session=b"],
+        [" tbhub_session =a;tbhub_session=b"],
+    ],
+)
+def test_a_session_cookie_that_could_be_read_two_ways_is_refused(headers: list[str]) -> None:
+    with pytest.raises(AmbiguousSession):
+        read_session_cookie(headers)

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import SESSION_COOKIE, SessionSigner
+from tbhub.auth.sessions import SessionSigner, read_session_cookie
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
@@ -48,7 +48,9 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def signed_in_user_id(request: Request, context: AppContext) -> int | None:
-    data = context.signer.verify(request.cookies.get(SESSION_COOKIE))
+    """The user a valid session cookie names; raises AmbiguousSession for a request whose
+    cookies could be read two ways."""
+    data = context.signer.verify(read_session_cookie(request.headers.getlist("cookie")))
     return data.user_id if data else None
 
 

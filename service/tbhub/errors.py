@@ -52,6 +52,19 @@ class UnsafePath(TbhubError):
     http_status = 400
 
 
+class AmbiguousSession(TbhubError):
+    """The request carries the session cookie more than once or under another spelling, so
+    nginx and tbhub could read two different credentials from it: it is refused."""
+
+    code = "ambiguous_session"
+    http_status = 400
+
+
+class DatabaseUnavailable(TbhubError):
+    code = "database_unavailable"
+    http_status = 503
+
+
 class JobBusy(TbhubError):
     code = "job_busy"
     http_status = 409

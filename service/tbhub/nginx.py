@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from tbhub.api.board_gate import AUTH_CACHE_SECONDS
+from tbhub.api.board_gate import AUTH_CACHE_SECONDS, BOARD_PATH_REGEX, UNSAFE_BOARD_PATH_REGEX
 from tbhub.errors import ConfigError
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.resources import nginx_template
@@ -52,11 +52,16 @@ def worker_user(data_dir: Path) -> str | None:
     return f"{pwd.getpwuid(stat.st_uid).pw_name} {grp.getgrgid(stat.st_gid).gr_name}"
 
 
+def nginx_quote(text: str) -> str:
+    """Escape text for a double-quoted nginx string (which turns \\\\ into \\ and \\" into ")."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def render_config(settings: Settings) -> str:
     template_text = nginx_template().read_text()
-    template = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
-    ).from_string(template_text)
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.filters["nginx_quote"] = nginx_quote
+    template = environment.from_string(template_text)
     base = nginx_dir(settings)
     return template.render(
         # One worker: nginx only proxies, far faster than any board it fronts, and more
@@ -72,6 +77,8 @@ def render_config(settings: Settings) -> str:
         http_port=settings.http_port,
         auth_cache_seconds=AUTH_CACHE_SECONDS,
         identity_headers=IDENTITY_HEADERS,
+        board_path_regex=BOARD_PATH_REGEX,
+        unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,
     )
 
 

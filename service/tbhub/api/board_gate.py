@@ -18,13 +18,22 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from tbhub.boards import BoardView
 from tbhub.deps import AppContext, ContextDep, signed_in_user_id
-from tbhub.errors import Forbidden, NotAuthenticated, NotFound
+from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.models import ObservedState
 from tbhub.templating import render
 
 router = APIRouter(include_in_schema=False)
 
-BOARD_PATH = re.compile(r"^/boards/([a-z0-9][a-z0-9-]{0,62})(?:/|$)")
+# The project a raw request URI names. nginx keys its cache of hook answers on the same
+# regex over the same raw URI (nginx/tbhub.conf.j2 renders it from here).
+BOARD_PATH_REGEX = r"^/boards/([a-z0-9][a-z0-9-]{0,62})(?:[/?]|$)"
+BOARD_PATH = re.compile(BOARD_PATH_REGEX)
+# A raw path that nginx's normalisation would read differently from its bytes: dot
+# segments, encoded dots, slashes, backslashes or NUL, doubled slashes. The hook judges
+# the raw URI, which is also what goes upstream, so such paths are refused, in nginx and
+# here, before anyone judges them.
+UNSAFE_BOARD_PATH_REGEX = r"^[^?]*(?:/\.\.?(?:[/?]|$)|//|%2e|%2f|%5c|%00|\\)"
+UNSAFE_BOARD_PATH = re.compile(UNSAFE_BOARD_PATH_REGEX, re.IGNORECASE)
 ORIGINAL_URI = "x-tbhub-original-uri"
 # nginx caches a "go to this board" answer this long (seconds); starting answers not at all.
 AUTH_CACHE_SECONDS = 5
@@ -69,12 +78,25 @@ def _board_for(context: AppContext, project_id: int) -> BoardView | None:
     return view
 
 
+def check_board_path(raw_uri: str) -> None:
+    if UNSAFE_BOARD_PATH.search(raw_uri):
+        raise UnsafePath(
+            "board paths may not contain dot segments, encoded dots, slashes or backslashes, "
+            "or doubled slashes; open the board at /boards/<project>/"
+        )
+
+
 @router.get("/_auth/board")
 def auth_board(request: Request, context: ContextDep) -> Response:
-    match = BOARD_PATH.match(request.headers.get(ORIGINAL_URI, ""))
-    if match is None:
+    original_uri = request.headers.get(ORIGINAL_URI, "")
+    match = BOARD_PATH.match(original_uri)
+    if match is None or UNSAFE_BOARD_PATH.search(original_uri):
         return Response(status_code=403)
-    verdict, project_id = judge(request, context, match.group(1))
+    try:
+        verdict, project_id = judge(request, context, match.group(1))
+    except AmbiguousSession:
+        # Denied, and never cached; the fallback explains it to the user.
+        return Response(status_code=403)
     if verdict is Verdict.anonymous:
         return Response(status_code=401)
     if verdict is not Verdict.allowed:
@@ -115,6 +137,7 @@ def wants_html(request: Request) -> bool:
 @router.api_route("/boards/{project}", methods=["GET", "HEAD", "POST"])
 @router.api_route("/boards/{project}/{rest:path}", methods=["GET", "HEAD", "POST"])
 def board_fallback(request: Request, project: str, context: ContextDep, rest: str = "") -> Response:
+    check_board_path(request.scope.get("raw_path", b"").decode("latin-1"))
     html = wants_html(request)
     verdict, project_id = judge(request, context, project)
     if verdict is Verdict.anonymous:

@@ -8,7 +8,10 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from tbhub.errors import AmbiguousSession
 
 SESSION_COOKIE = "tbhub_session"
 CSRF_COOKIE = "tbhub_csrf"
@@ -50,6 +53,32 @@ class SessionSigner:
         if data.expires_at < (now if now is not None else time.time()):
             return None
         return data
+
+
+def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
+    """The one session cookie in a request's Cookie header(s), or None if there is none.
+
+    Parsers disagree on duplicates: nginx's `$cookie_` takes the first match of any case,
+    Starlette the last exact one. Rather than pick a side, a request that carries the name
+    twice (in one header or two) or in another case is refused, so whatever reads the
+    cookie reads the same value.
+    """
+    found: list[tuple[str, str]] = []
+    for header in cookie_headers:
+        for chunk in header.split(";"):
+            name, _, value = chunk.partition("=")
+            name = name.strip()
+            if name.lower() == SESSION_COOKIE:
+                found.append((name, value.strip()))
+    if not found:
+        return None
+    if len(found) > 1 or found[0][0] != SESSION_COOKIE:
+        raise AmbiguousSession(
+            f"the request carries more than one {SESSION_COOKIE} cookie (or one spelled in "
+            "another case), which another site may have planted; clear this site's cookies "
+            "in your browser and sign in again"
+        )
+    return found[0][1] or None
 
 
 def new_csrf_token() -> str:
