@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,9 @@ POSTGRES_ADMIN_URL = os.environ.get(
 TEST_SECRET = "test-secret-" + "x" * 40
 
 
-@pytest.fixture(params=DATABASES)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of each kind, created for this test and dropped after it."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'tbhub.sqlite3'}"
-        return
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards."""
     name = f"tbhub_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
@@ -41,6 +39,16 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind, created for this test and dropped after it."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'tbhub.sqlite3'}"
+        return
+    with postgres_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -44,7 +44,10 @@ def get_session(context: ContextDep) -> Iterator[Session]:
         yield session
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": the transaction commits when the route returns, before the response
+# leaves, so a write that answered 2xx is visible to the next request from anyone, and a
+# commit that fails answers with its error instead of a 2xx already sent.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def signed_in_user_id(request: Request, context: AppContext) -> int | None:

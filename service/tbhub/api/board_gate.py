@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from tbhub.boards import BoardView
 from tbhub.deps import AppContext, ContextDep, signed_in_user_id
 from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
+from tbhub.http_errors import wants_html
 from tbhub.models import ObservedState
 from tbhub.templating import render
 
@@ -128,10 +129,6 @@ def heartbeat(request: Request, project: str, context: ContextDep) -> Response:
     assert project_id is not None
     context.tracker.touch(project_id)
     return Response(status_code=204)
-
-
-def wants_html(request: Request) -> bool:
-    return "text/html" in request.headers.get("accept", "")
 
 
 @router.api_route("/boards/{project}", methods=["GET", "HEAD", "POST"])
