@@ -7,13 +7,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner, read_session_cookie
 from tbhub.boards import AccessTracker, BoardDirectory
+from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX
 from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
 from tbhub.models import User
@@ -70,3 +71,8 @@ def get_current_user(user: Annotated[User | None, Depends(get_optional_user)]) -
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
 CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+# Path parameters, bounded like the columns they are looked up in.
+ProjectInPath = Annotated[str, Path(min_length=1, max_length=PROJECT_NAME_MAX)]
+RunPathInPath = Annotated[str, Path(min_length=1, max_length=RUN_PATH_MAX)]

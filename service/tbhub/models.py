@@ -21,6 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from tbhub.bounds import AUDIT_TARGET_MAX
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -148,7 +150,7 @@ class AuditEvent(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
     actor: Mapped[str] = mapped_column(String(64))
     action: Mapped[str] = mapped_column(String(64))
-    target: Mapped[str] = mapped_column(String(255))
+    target: Mapped[str] = mapped_column(String(AUDIT_TARGET_MAX))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 

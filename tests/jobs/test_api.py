@@ -116,3 +116,20 @@ def test_metrics_report_the_recovery_point_and_the_last_result(
     text = client.get("/metrics").text
     assert metric(text, "tbhub_backup_last_run_success") == 0
     assert metric(text, "tbhub_backup_last_complete_age_seconds") is not None
+
+
+def test_pinning_a_run_that_is_not_there_is_refused_naming_similar_runs(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    fill_storage(settings, runs=2)  # vision/g/run-0, vision/g/run-1
+    sign_in(client, "alice")
+    for missing in ("g/run-00", "g", "run-1"):
+        response = client.post("/api/v1/projects/vision/retention/pins", json={"run": missing})
+        assert response.status_code == 404, missing
+        assert f"no run {missing!r}" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "g/run-1" in message  # the similar run is named
+    assert client.get("/api/v1/projects/vision/retention").json()["pinned"] == []
+    pinned = client.post("/api/v1/projects/vision/retention/pins", json={"run": "g/run-1"})
+    assert pinned.status_code == 201

@@ -191,7 +191,7 @@ def test_project_override_and_pins_change_the_plan(
     jobs_settings.retention_keep_last = 10
     with transaction(factory) as session:
         retention.set_override(session, project=project, values={"keep_last": 2}, actor="o")
-        retention.pin_run(session, project=project, run_path="r3", actor="o")
+        retention.pin_run(session, jobs_settings, project=project, run_path="r3", actor="o")
     [plan] = retention.plan_retention(factory, jobs_settings)
     assert [d.run.path for d in plan.remove] == ["r2"]
     assert plan.skipped_pinned == 1

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from tbhub.boards import BoardView
-from tbhub.deps import AppContext, ContextDep, signed_in_user_id
+from tbhub.deps import AppContext, ContextDep, ProjectInPath, signed_in_user_id
 from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.http_errors import wants_html
 from tbhub.models import ObservedState
@@ -116,7 +116,7 @@ def auth_board(request: Request, context: ContextDep) -> Response:
 
 
 @router.post("/api/v1/boards/{project}/heartbeat", status_code=204)
-def heartbeat(request: Request, project: str, context: ContextDep) -> Response:
+def heartbeat(request: Request, project: ProjectInPath, context: ContextDep) -> Response:
     """A visible, active tab of the board says it is still being read (DESIGN.md, decision 6).
 
     Counts as an access, like a request to the board, without starting a stopped board.
@@ -133,7 +133,7 @@ def heartbeat(request: Request, project: str, context: ContextDep) -> Response:
 
 @router.api_route("/boards/{project}", methods=["GET", "HEAD", "POST"])
 @router.api_route("/boards/{project}/{rest:path}", methods=["GET", "HEAD", "POST"])
-def board_fallback(request: Request, project: str, context: ContextDep, rest: str = "") -> Response:
+def board_fallback(request: Request, project: ProjectInPath, context: ContextDep) -> Response:
     check_board_path(request.scope.get("raw_path", b"").decode("latin-1"))
     html = wants_html(request)
     verdict, project_id = judge(request, context, project)

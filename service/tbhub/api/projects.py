@@ -7,7 +7,7 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from tbhub.deps import CurrentUser, SessionDep
+from tbhub.deps import CurrentUser, ProjectInPath, SessionDep
 from tbhub.errors import NotFound
 from tbhub.models import Project, Role
 from tbhub.names import check_project_name
@@ -53,7 +53,7 @@ def list_projects(user: CurrentUser, session: SessionDep) -> list[ProjectOut]:
 
 
 @router.get("/projects/{name}", response_model=ProjectOut)
-def get_project(name: str, user: CurrentUser, session: SessionDep) -> ProjectOut:
+def get_project(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> ProjectOut:
     check_project_name(name)
     for project, role in visible_projects(session, user=user):
         if project.name == name:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from tbhub.auth.permissions import load_access
-from tbhub.deps import ContextDep, CurrentUser, SessionDep
+from tbhub.bounds import ByteCount, Count, Days, Minutes, RunPath
+from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, RunPathInPath, SessionDep
 from tbhub.errors import Forbidden, NotFound
 from tbhub.jobs import retention
 from tbhub.models import Role, User
@@ -22,15 +23,19 @@ class PolicyIn(BaseModel):
     """Fields left out stay as they are; null goes back to the global default; 0 turns a
     limit off for this project."""
 
-    max_age_days: float | None = Field(default=None, ge=0)
-    keep_last: int | None = Field(default=None, ge=0)
-    max_project_bytes: int | None = Field(default=None, ge=0)
+    model_config = ConfigDict(extra="forbid")
+
+    max_age_days: Days | None = None
+    keep_last: Count | None = None
+    max_project_bytes: ByteCount | None = None
     action: Literal["trash", "archive"] | None = None
-    active_minutes: float | None = Field(default=None, ge=0)
+    active_minutes: Minutes | None = None
 
 
 class PinIn(BaseModel):
-    run: str = Field(description="The run's path inside the project, e.g. 'group/run-1'.")
+    model_config = ConfigDict(extra="forbid")
+
+    run: RunPath = Field(description="The run's path inside the project, e.g. 'group/run-1'.")
 
 
 def require_owner(session: Session, user: User, project: str) -> None:
@@ -54,7 +59,7 @@ def get_default(user: CurrentUser, context: ContextDep) -> dict[str, Any]:
 
 @router.get("/projects/{name}/retention")
 def get_policy(
-    name: str, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, user: CurrentUser, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
     """The effective policy, the project's overrides, the default and the pinned runs."""
     require_owner(session, user, name)
@@ -63,7 +68,7 @@ def get_policy(
 
 @router.put("/projects/{name}/retention")
 def set_policy(
-    name: str, body: PolicyIn, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, body: PolicyIn, user: CurrentUser, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
     require_owner(session, user, name)
     values = body.model_dump(exclude_unset=True)
@@ -72,21 +77,25 @@ def set_policy(
 
 
 @router.post("/projects/{name}/retention/pins", status_code=201)
-def pin(name: str, body: PinIn, user: CurrentUser, session: SessionDep) -> dict[str, str]:
-    """Exempt a run from retention."""
+def pin(
+    name: ProjectInPath, body: PinIn, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> dict[str, str]:
+    """Exempt a run that exists from retention (404, naming similar runs, if it does not)."""
     require_owner(session, user, name)
-    retention.pin_run(session, project=name, run_path=body.run, actor=user.name)
+    retention.pin_run(session, context.settings, project=name, run_path=body.run, actor=user.name)
     return {"project": name, "run": body.run}
 
 
 @router.delete("/projects/{name}/retention/pins/{run:path}", status_code=204)
-def unpin(name: str, run: str, user: CurrentUser, session: SessionDep) -> None:
+def unpin(name: ProjectInPath, run: RunPathInPath, user: CurrentUser, session: SessionDep) -> None:
     require_owner(session, user, name)
     retention.unpin_run(session, project=name, run_path=run, actor=user.name)
 
 
 @router.get("/projects/{name}/retention/plan")
-def plan(name: str, user: CurrentUser, session: SessionDep, context: ContextDep) -> dict[str, Any]:
+def plan(
+    name: ProjectInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
     """The dry run for this project: what `tbhub admin retention apply` would remove now."""
     require_owner(session, user, name)
     [project_plan] = retention.plan_retention(context.factory, context.settings, project=name)

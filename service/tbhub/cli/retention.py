@@ -185,7 +185,7 @@ def pin_command(project: str, run: str, as_json: bool = JsonOption) -> None:
     """Exempt a run (its path inside the project) from retention."""
     settings = runtime_settings()
     with session_factory(settings) as factory, transaction(factory) as session:
-        retention.pin_run(session, project=project, run_path=run, actor=ACTOR)
+        retention.pin_run(session, settings, project=project, run_path=run, actor=ACTOR)
     emit({"project": project, "run": run, "pinned": True}, as_json=as_json,
          human=lambda: out_console.print(f"pinned {project}/{run}"))  # fmt: skip
 

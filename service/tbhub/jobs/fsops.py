@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from tbhub.bounds import RUN_PATH_MAX
 from tbhub.errors import ConfigError, InvalidInput, UnsafePath
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -31,6 +32,8 @@ def require_safe_rmtree() -> None:
 def split_relative(path: str) -> list[str]:
     """'a/b/c' -> ['a', 'b', 'c']; refuses absolute paths, '.', '..' and empty parts."""
     parts = path.split("/")
+    if len(path) > RUN_PATH_MAX:
+        raise InvalidInput(f"a run path has at most {RUN_PATH_MAX} characters, not {len(path)}")
     if not path or path.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
         raise InvalidInput(
             f"run path {path!r} must be relative to its project, like 'group/run-1', "

@@ -9,15 +9,24 @@ they are there, and they take space.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from tbhub.bounds import DAYS_MAX, INT32_MAX, INT64_MAX, MINUTES_MAX
 from tbhub.errors import InvalidInput
 from tbhub.jobs.scan import RunInfo
 
 Action = Literal["trash", "archive"]
 ACTIONS: tuple[Action, ...] = ("trash", "archive")
 OVERRIDABLE = ("max_age_days", "keep_last", "max_project_bytes", "action", "active_minutes")
+# Each numeric setting: whole numbers only?, and the largest value its column holds.
+NUMERIC_LIMITS: dict[str, tuple[bool, float]] = {
+    "max_age_days": (False, DAYS_MAX),
+    "keep_last": (True, INT32_MAX),
+    "max_project_bytes": (True, INT64_MAX),
+    "active_minutes": (False, MINUTES_MAX),
+}
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,19 @@ def check_overrides(values: dict[str, Any]) -> dict[str, Any]:
         if name == "action":
             if value not in ACTIONS:
                 raise InvalidInput(f"action {value!r} is not one of: {', '.join(ACTIONS)}")
-        elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InvalidInput(f"{name} must be a number >= 0 (0 turns it off), not {value!r}")
-        elif name in ("keep_last", "max_project_bytes") and int(value) != value:
+            continue
+        whole, largest = NUMERIC_LIMITS[name]
+        kind = "whole number" if whole else "number"
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 <= value <= largest
+        ):
+            raise InvalidInput(
+                f"{name} must be a {kind} from 0 to {largest:g} (0 turns it off), not {value!r}"
+            )
+        if whole and int(value) != value:
             raise InvalidInput(f"{name} must be a whole number, not {value!r}")
     return values
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -208,9 +209,30 @@ def set_override(
     return override_values(override)
 
 
-def pin_run(session: Session, *, project: str, run_path: str, actor: str) -> None:
+def check_run_exists(settings: Settings, *, project: str, run_path: str) -> None:
+    """Refuse a run that is not there now, naming the project's runs that look like it."""
     split_relative(run_path)
+    runs = [run.path for run in scan_projects([(str(project_dir(settings.storage, project)),
+                                                project)])[0]]  # fmt: skip
+    if run_path in runs:
+        return
+    nearby = difflib.get_close_matches(run_path, runs, n=5, cutoff=0.5)
+    hint = (
+        f"runs with similar names: {', '.join(nearby)}"
+        if nearby
+        else f"{project} has {len(runs)} run(s); list them with `tbhub admin retention plan "
+        f"--project {project} --json` or look under its storage directory"
+    )
+    raise NotFound(f"{project} has no run {run_path!r} (a directory holding event files); {hint}")
+
+
+def pin_run(
+    session: Session, settings: Settings, *, project: str, run_path: str, actor: str
+) -> None:
+    """Pin a run that exists now. Pinning ahead of a run's first event file is refused:
+    a typo would otherwise protect nothing and say nothing."""
     row = get_project(session, name=project)
+    check_run_exists(settings, project=project, run_path=run_path)
     exists = session.scalar(
         select(PinnedRun).where(PinnedRun.project_id == row.id, PinnedRun.run_path == run_path)
     )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
+from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import ContextDep, OptionalUser, SessionDep
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.projects import visible_projects
@@ -44,7 +45,9 @@ def home(request: Request, user: OptionalUser, session: SessionDep) -> Response:
 
 
 @router.get("/auth/login")
-def login_form(request: Request, next: str = "/") -> Response:
+def login_form(
+    request: Request, next: Annotated[str, Query(max_length=URL_PATH_MAX)] = "/"
+) -> Response:
     return _with_csrf(request, "login.html", {"next": safe_next(next), "error": None})
 
 
@@ -53,10 +56,10 @@ def login(
     request: Request,
     context: ContextDep,
     session: SessionDep,
-    username: Annotated[str, Form()],
-    password: Annotated[str, Form()],
-    csrf_token: Annotated[str, Form()] = "",
-    next: Annotated[str, Form()] = "/",
+    username: Annotated[str, Form(max_length=USER_NAME_MAX)],
+    password: Annotated[str, Form(max_length=PASSWORD_MAX)],
+    csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
+    next: Annotated[str, Form(max_length=URL_PATH_MAX)] = "/",
 ) -> Response:
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
         raise Forbidden("the sign-in form expired; reload the page and sign in again")
@@ -80,7 +83,9 @@ def login(
 
 
 @router.post("/auth/logout")
-def logout(request: Request, csrf_token: Annotated[str, Form()] = "") -> Response:
+def logout(
+    request: Request, csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = ""
+) -> Response:
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
         raise Forbidden("the sign-out form expired; reload the page and try again")
     response = RedirectResponse("/auth/login", status_code=303)
