@@ -70,6 +70,13 @@ class JobBusy(TbhubError):
     http_status = 409
 
 
+class ArchiveFailed(TbhubError):
+    """Writing or reading back a run's archive failed; the run stays where it was."""
+
+    code = "archive_failed"
+    http_status = 500
+
+
 class BackupFailed(TbhubError):
     code = "backup_failed"
     http_status = 500

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,19 @@ def fill_storage(settings: Settings, *, runs: int = 5, files: int = 4, size: int
         run.mkdir(parents=True, exist_ok=True)
         for f in range(files):
             (run / f"events.out.tfevents.{f}.host").write_bytes(os.urandom(size))
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs the test mounts itself (a disk that fills), unmounted afterwards even on
+    failure."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+                   check=True)  # fmt: skip
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=True)

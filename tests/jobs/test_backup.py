@@ -202,41 +202,26 @@ def test_rsync_killed_midway_leaves_a_partial_that_the_next_run_completes(
     assert [r.state for r in runs_of(factory)] == ["interrupted", "complete"]
 
 
-@pytest.fixture
-def small_target(tmp_path: Path) -> Path:
-    """A 1 MiB tmpfs the test mounts itself, unmounted afterwards even on failure."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                   check=True)  # fmt: skip
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=True)
-
-
 def test_a_full_target_marks_the_run_failed_and_keeps_earlier_snapshots(
     factory: sessionmaker[Session],
     jobs_settings: Settings,
     project: str,
-    small_target: Path,
+    small_tmpfs: Path,
     cli_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    jobs_settings.backup_target = str(small_target / "snapshots")
+    jobs_settings.backup_target = str(small_tmpfs / "snapshots")
     monkeypatch.setenv("TBHUB_BACKUP_TARGET", jobs_settings.backup_target)
     fill_storage(jobs_settings, runs=2, files=2, size=50_000)
     first = backup.run_backup(factory, jobs_settings, actor="t").snapshot
-    first_content = tree_digest(small_target / "snapshots" / first)
+    first_content = tree_digest(small_tmpfs / "snapshots" / first)
     fill_storage(jobs_settings, runs=12, files=2, size=50_000)  # 1.2 MB: more than fits
     result = runner.invoke(app, ["admin", "backup", "run"])
     assert result.exit_code == 1
     assert "is full (No space left on device)" in result.stderr
     assert "earlier snapshots are intact" in result.stderr
-    assert complete_snapshots(small_target / "snapshots") == [first]
-    assert tree_digest(small_target / "snapshots" / first) == first_content
+    assert complete_snapshots(small_tmpfs / "snapshots") == [first]
+    assert tree_digest(small_tmpfs / "snapshots" / first) == first_content
     assert backup.verify(factory, jobs_settings, snapshot=first, actor="t")[1] == []
     last = runs_of(factory)[-1]
     assert last.state == "failed" and "is full" in (last.error or "")

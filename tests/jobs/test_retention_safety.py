@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import transaction
 from tbhub.errors import ConfigError
-from tbhub.jobs import retention, trash
+from tbhub.jobs import archive, retention, trash
 from tbhub.jobs.config import trash_root
 from tbhub.jobs.fsops import remove_tree
 from tbhub.models import TrashEntry
@@ -250,3 +250,94 @@ def test_apply_killed_midway_then_rerun_moves_every_run_exactly_once(
         moved = trash_root(jobs_settings) / str(entry.id) / entry.run_path.split("/")[-1]
         assert tree_digest(moved) == everything[f"vision/{entry.run_path}"]
     assert not any(r.exists() for r in runs)
+
+
+def archive_settings(settings: Settings, root: Path) -> Settings:
+    settings.retention_max_age_days = 30
+    settings.retention_action = "archive"
+    settings.archive_root = root
+    return settings
+
+
+def partial_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.partial"))
+
+
+def test_an_archive_that_does_not_read_back_keeps_the_run_and_apply_goes_on(
+    factory: sessionmaker[Session],
+    jobs_settings: Settings,
+    project: str,
+    make_run: MakeRun,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = archive_settings(jobs_settings, tmp_path / "archive")
+    first = make_run(project, "g/a", age_days=50, size=200_000)
+    make_run(project, "g/b", age_days=40, size=200_000)
+    before = tree_digest(first)
+    real_pack = archive._pack
+    calls: list[Path] = []
+
+    def pack_then_damage(parent_fd: int, name: str, partial: Path) -> dict[str, str]:
+        sums = real_pack(parent_fd, name, partial)
+        calls.append(partial)
+        if len(calls) == 1:  # the disk corrupts the first tarball before its read-back
+            with open(partial, "r+b") as fh:
+                fh.seek(partial.stat().st_size // 2)
+                fh.write(b"\0" * 4096)
+        return sums
+
+    monkeypatch.setattr(archive, "_pack", pack_then_damage)
+    report = retention.apply_plans(factory, settings, retention.plan_retention(factory, settings),
+                                   actor="t")  # fmt: skip
+    assert len(calls) == 2
+    assert report.archived == 1
+    [skipped] = report.skipped
+    assert skipped["run"] == f"{project}/g/a"
+    assert skipped["why"].startswith("archive failed, run kept")
+    assert tree_digest(first) == before
+    assert not (jobs_settings.storage / project / "g" / "b").exists()
+    assert partial_files(tmp_path / "archive") == []
+    assert [p.name for p in (tmp_path / "archive" / project).glob("*.tar.gz")] == [
+        f"{entry_id(factory, 'g/b')}-b.tar.gz"
+    ]
+
+
+def entry_id(factory: sessionmaker[Session], run_path: str) -> int:
+    with factory() as session:
+        return session.scalars(select(TrashEntry.id).where(TrashEntry.run_path == run_path)).one()
+
+
+def test_a_full_archive_disk_leaves_no_partial_tarball_so_later_archives_fit(
+    factory: sessionmaker[Session],
+    jobs_settings: Settings,
+    project: str,
+    make_run: MakeRun,
+    small_tmpfs: Path,
+) -> None:
+    settings = archive_settings(jobs_settings, small_tmpfs)
+    big = make_run(project, "g/big", age_days=50, size=3_000_000)  # random: does not compress
+    make_run(project, "g/small", age_days=40, size=300_000)
+    report = retention.apply_plans(factory, settings, retention.plan_retention(factory, settings),
+                                   actor="t")  # fmt: skip
+    [skipped] = report.skipped
+    assert skipped["run"] == f"{project}/g/big" and "No space left" in skipped["why"]
+    assert big.is_dir()
+    assert partial_files(small_tmpfs) == []
+    assert report.archived == 1  # the smaller run still fits after the failed one
+
+
+def test_recovery_removes_partial_tarballs_of_skipped_archive_entries(
+    factory: sessionmaker[Session], jobs_settings: Settings, project: str, tmp_path: Path
+) -> None:
+    settings = archive_settings(jobs_settings, tmp_path / "archive")
+    with transaction(factory) as session:
+        entry = TrashEntry(project=project, run_path="g/old", action="archive", state="skipped",
+                           bytes=1, files=1, reasons=[], actor="t")  # fmt: skip
+        session.add(entry)
+        session.flush()
+        left = tmp_path / "archive" / project / f"{entry.id}-old.tar.gz.partial"
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"x" * 1000)
+    retention.apply_plans(factory, settings, [], actor="t")
+    assert not left.exists()

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
 from tbhub.db import transaction
-from tbhub.jobs.archive import archive_paths
+from tbhub.jobs.archive import archive_paths, partial_path
 from tbhub.jobs.config import archive_root, trash_root
 from tbhub.jobs.fsops import is_real_dir, move, open_below, open_dir, remove_tree, split_relative
 from tbhub.models import TrashEntry
@@ -134,7 +134,7 @@ def abandon(factory: sessionmaker[Session], settings: Settings, entry_id: int, w
         entry = session.get_one(TrashEntry, entry_id)
         for path in archive_paths(archive_root(settings), entry.project, entry_id, leaf_of(entry)):
             path.unlink(missing_ok=True)
-            path.with_name(path.name + ".partial").unlink(missing_ok=True)
+            partial_path(path).unlink(missing_ok=True)
         delete_entry_dir(settings, entry_id)  # holds at most the metadata file
         entry.state, entry.error, entry.finished_at = "abandoned", why, utc(time.time())
 
@@ -183,4 +183,17 @@ def recover(factory: sessionmaker[Session], settings: Settings, *, actor: str) -
             settle_restore(factory, settings, entry.id, actor=actor)
         elif entry.state == "purging":
             finish_purge(factory, settings, entry.id, actor=actor)
+    remove_partial_archives(factory, settings)
     return len(pending)
+
+
+def remove_partial_archives(factory: sessionmaker[Session], settings: Settings) -> None:
+    """Partial tarballs of skipped archive entries (left by a failed write before this was
+    cleaned up at once) would keep a full archive disk full: remove them."""
+    with factory() as session:
+        skipped = session.scalars(
+            select(TrashEntry).where(TrashEntry.state == "skipped", TrashEntry.action == "archive")
+        ).all()
+    for entry in skipped:
+        for path in archive_paths(archive_root(settings), entry.project, entry.id, leaf_of(entry)):
+            partial_path(path).unlink(missing_ok=True)

@@ -167,7 +167,7 @@ def _apply_one(
                 )
                 write_archive(parent_fd, leaf, tarball, manifest)
             move_into_trash(settings, entry_id, parent_fd, leaf, target)
-    except (_Skip, TbhubError, OSError, RuntimeError) as exc:
+    except (_Skip, TbhubError, OSError) as exc:
         reason = exc.message if isinstance(exc, TbhubError) else str(exc)
         with transaction(factory) as session:
             entry = session.get_one(TrashEntry, entry_id)
