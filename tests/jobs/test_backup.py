@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.errors import ConfigError, InvalidInput
+from tbhub.errors import ConfigError, InvalidInput, NotFound
 from tbhub.jobs import backup
 from tbhub.jobs.snapshots import classify, parse_name, snapshot_name
 from tbhub.jobs.targets import Target, TargetUnreachable
@@ -160,6 +160,53 @@ def test_restore_refuses_paths_that_leave_the_storage_root(
     backup.run_backup(factory, jobs_settings, actor="t")
     with pytest.raises(InvalidInput, match="must be relative"):
         backup.restore(factory, jobs_settings, project="vision", run="../../etc", actor="t")
+
+
+def test_restoring_a_run_the_snapshot_lacks_creates_nothing_and_names_snapshots_that_have_it(
+    factory: sessionmaker[Session],
+    jobs_settings: Settings,
+    project: str,
+    target: Path,
+    cli_env: dict[str, str],
+) -> None:
+    fill_storage(jobs_settings, runs=1)
+    first = age_by_a_day(target, backup.run_backup(factory, jobs_settings, actor="t").snapshot)
+    shutil.rmtree(jobs_settings.storage / "vision/g/run-0")
+    second = backup.run_backup(factory, jobs_settings, actor="t").snapshot
+    with pytest.raises(NotFound) as refused:
+        backup.restore(factory, jobs_settings, snapshot=second, project="vision", run="g/run-0",
+                       actor="t")  # fmt: skip
+    assert refused.value.message == (
+        f"snapshot {second} has no run vision/g/run-0; snapshots that do: {first}"
+    )
+    assert not (jobs_settings.storage / "vision/g/run-0").exists()
+    with pytest.raises(NotFound, match="no complete snapshot holds it"):
+        backup.restore(factory, jobs_settings, project="vision", run="g/never", actor="t")
+    assert not (jobs_settings.storage / "vision/g/never").exists()
+    # The CLI says the same in its one error style, and still creates nothing.
+    result = runner.invoke(app, ["admin", "backup", "restore", "--snapshot", second,
+                                 "--project", "vision", "--run", "g/run-0"])  # fmt: skip
+    assert result.exit_code == 1 and "has no run vision/g/run-0" in result.stderr
+    assert not (jobs_settings.storage / "vision/g/run-0").exists()
+    # From the snapshot that has it, it comes back.
+    backup.restore(factory, jobs_settings, snapshot=first, project="vision", run="g/run-0",
+                   actor="t")  # fmt: skip
+    assert (jobs_settings.storage / "vision/g/run-0").is_dir()
+
+
+def test_a_target_whose_parent_is_missing_is_refused_not_created(
+    factory: sessionmaker[Session], jobs_settings: Settings, project: str, tmp_path: Path
+) -> None:
+    fill_storage(jobs_settings, runs=1)
+    unmounted = tmp_path / "mnt" / "backup-disk"
+    jobs_settings.backup_target = str(unmounted / "tbhub")
+    with pytest.raises(ConfigError) as refused:
+        backup.run_backup(factory, jobs_settings, actor="t")
+    assert str(unmounted) in refused.value.message and "mounted" in refused.value.message
+    assert not (tmp_path / "mnt").exists()
+    unmounted.mkdir(parents=True)  # the disk is mounted: the snapshot directory may be made
+    backup.run_backup(factory, jobs_settings, actor="t")
+    assert complete_snapshots(unmounted / "tbhub")
 
 
 KILLED_BACKUP = [sys.executable, "-m", "tbhub", "admin", "backup", "run"]

@@ -88,12 +88,19 @@ def target_full(target: Target) -> BackupFailed:
     )
 
 
-def rsync_error(target: Target, result: subprocess.CompletedProcess[bytes]) -> TbhubError:
+def rsync_error(
+    target: Target, result: subprocess.CompletedProcess[bytes], *, restoring_into: str = ""
+) -> TbhubError:
     stderr = result.stderr.decode(errors="replace").strip()
-    if b"No space left on device" in result.stderr or b"Disk quota exceeded" in result.stderr:
+    full = b"No space left on device" in result.stderr or b"Disk quota exceeded" in result.stderr
+    if full and not restoring_into:
         return target_full(target)
     last = stderr.splitlines()[-3:] if stderr else []
-    message = f"rsync to {target.spec} exited with {result.returncode}: {' / '.join(last)}"
+    direction = (
+        f"rsync from {target.spec} into {restoring_into}" if restoring_into
+        else f"rsync to {target.spec}"
+    )  # fmt: skip
+    message = f"{direction} exited with {result.returncode}: {' / '.join(last)}"
     if result.returncode in UNREACHABLE_CODES and not target.is_local:
         return TargetUnreachable(message)
     return BackupFailed(message)
@@ -379,12 +386,14 @@ def restore(
     destination = base.joinpath(*parts)
     if into is None:
         inside_root(settings.storage, destination)
+    if parts:
+        require_in_snapshot(target, name, "/".join(parts))
     destination.mkdir(parents=True, exist_ok=True)
     source = target.rsync_path("/".join([name, *parts])) + "/"
     common = ["rsync", "-a", "--numeric-ids", "--out-format=%i %n", *target.rsync_shell_args()]
     done = run_rsync([*common, *([] if force else ["--update"]), source, f"{destination}/"])
     if done.returncode != 0:
-        raise rsync_error(target, done)
+        raise rsync_error(target, done, restoring_into=str(destination))
     restored = _itemized_files(done.stdout)
     left = run_rsync([*common, "--dry-run", source, f"{destination}/"])
     kept_newer = _itemized_files(left.stdout) if left.returncode == 0 else []
@@ -393,6 +402,19 @@ def restore(
                      snapshot=name, files=len(restored), kept_newer=len(kept_newer),
                      force=force)  # fmt: skip
     return RestoreReport(name, str(destination), restored, kept_newer)
+
+
+def require_in_snapshot(target: Target, snapshot: str, relative: str) -> None:
+    """Refuse, before anything is created, to restore what the snapshot does not hold."""
+    if target.snapshots_holding([snapshot], relative):
+        return
+    what = "project" if "/" not in relative else "run"
+    others = target.snapshots_holding(classify(target.entries())[0], relative)
+    hint = (
+        f"snapshots that do: {', '.join(others[-5:])}" if others
+        else "no complete snapshot holds it; see `tbhub admin backup list`"
+    )  # fmt: skip
+    raise NotFound(f"snapshot {snapshot} has no {what} {relative}; {hint}")
 
 
 def _itemized_files(stdout: bytes) -> list[str]:

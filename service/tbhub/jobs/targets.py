@@ -87,7 +87,30 @@ class Target:
     # -- the operations backup.py needs ------------------------------------------------------
 
     def ensure_root(self) -> None:
-        self.sh('mkdir -p -- "$1"', self.root)
+        """Create the snapshot directory, but never its parent: a parent that is missing is
+        usually a backup disk that is not mounted, and filling the root filesystem instead
+        is worse than failing."""
+        script = (
+            'if [ -d "$1" ]; then exit 0; fi; '
+            'if [ ! -d "$(dirname -- "$1")" ]; then printf missing; exit 0; fi; mkdir -- "$1"'
+        )
+        if self.sh(script, self.root) == b"missing":
+            parent = str(Path(self.root).parent)
+            where = parent if self.host is None else f"{self.host}:{parent}"
+            raise ConfigError(
+                f"the backup target's parent directory {where} does not exist (is the backup "
+                "disk mounted?); mount or create it, or fix TBHUB_BACKUP_TARGET"
+            )
+
+    def snapshots_holding(self, snapshots: list[str], relative: str) -> list[str]:
+        """Those of `snapshots` in which `relative` is a real directory (not a symlink)."""
+        script = (
+            'root=$1; rel=$2; shift 2; for s in "$@"; do '
+            'if [ -d "$root/$s/$rel" ] && [ ! -L "$root/$s/$rel" ]; then printf "%s\\0" "$s"; fi; '
+            "done"
+        )
+        out = self.sh(script, self.root, relative, *snapshots)
+        return [n for n in out.decode(errors="surrogateescape").split("\0") if n]
 
     def entries(self) -> list[str]:
         out = self.sh('cd -- "$1" && find . -mindepth 1 -maxdepth 1 -printf "%P\\0"', self.root)
