@@ -1,3 +1,3 @@
-from tbhub.cli.main import app
+from tbhub.cli.main import main
 
-app()
+main()

@@ -13,6 +13,7 @@ import typer
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from rich.console import Console
+from rich.text import Text
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,12 +29,19 @@ out_console = Console(soft_wrap=True)
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
-def fail(message: str, *, as_json: bool = False, code: str = "error") -> None:
-    """The one CLI error style: `error: <what went wrong and what to do>` and exit 1."""
+def print_error(message: str, *, as_json: bool = False, code: str = "error") -> None:
+    """The one CLI error style: `error: <what went wrong and what to do>` on stderr, or the
+    API's JSON error shape on stdout with --json."""
     if as_json:
         print(json.dumps({"error": {"code": code, "message": message}}))
     else:
-        err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+        # Text, not markup: a message may quote "[OPTIONS]" or a path with brackets.
+        err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+
+
+def fail(message: str, *, as_json: bool = False, code: str = "error") -> None:
+    """Print the error in the one style and exit 1."""
+    print_error(message, as_json=as_json, code=code)
     raise typer.Exit(1)
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
+# typer parses with its own vendored copy of click; these are the errors it raises.
+from typer._click import exceptions as click_errors
+
 from tbhub.cli import admin
-from tbhub.cli.common import handle_errors, out_console, runtime_settings
+from tbhub.cli.common import handle_errors, out_console, print_error, runtime_settings
 from tbhub.settings import load_settings
 
 app = typer.Typer(
@@ -60,5 +65,28 @@ def nginx_render() -> None:
     out_console.print(f"wrote {path}")
 
 
+def main(argv: list[str] | None = None) -> None:
+    """The `tbhub` entry point: usage errors (unknown options, bad values, missing
+    arguments) in the one CLI error style too, exit 1, and the JSON shape with --json."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        code = app(args=args, prog_name="tbhub", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        out_console.print(exc.ctx.get_help(), highlight=False, markup=False)
+        code = 0
+    except click_errors.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "tbhub"
+        message = f"{exc.format_message().rstrip('.')}; see `{where} --help`"
+        print_error(message, as_json="--json" in args, code="usage")
+        code = 1
+    except click_errors.ClickException as exc:
+        print_error(exc.format_message(), as_json="--json" in args)
+        code = 1
+    except typer.Abort:
+        print_error("aborted; nothing was changed", as_json="--json" in args)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    main()
