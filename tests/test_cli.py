@@ -9,7 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
+from tbhub.db import make_engine, make_session_factory, transaction
+from tbhub.locks import hold_lock
 from tbhub.settings import Settings
+from tbhub.users import authenticate
 
 runner = CliRunner()
 
@@ -138,3 +141,17 @@ def test_nginx_render_writes_the_config(cli_env: Settings) -> None:
     assert code == 0
     conf = cli_env.data_dir / "nginx" / "nginx.conf"
     assert str(conf) in out and "auth_request /_auth/board;" in conf.read_text()
+
+
+def test_demo_while_another_server_holds_the_data_dir_changes_nothing(cli_env: Settings) -> None:
+    assert tbhub("db", "upgrade")[0] == 0
+    assert tbhub("admin", "user", "create", "admin", "--admin", "--password-stdin",
+                 stdin="the-old-password\n")[0] == 0  # fmt: skip
+    cli_env.data_dir.mkdir(parents=True, exist_ok=True)
+    with hold_lock(cli_env.data_dir / "serve.lock"):  # as a running `tbhub serve` does
+        code, out, err = tbhub("demo")
+    assert code == 1
+    assert "another `tbhub serve`" in err and "password" not in out
+    with transaction(make_session_factory(make_engine(cli_env.db_url))) as session:
+        assert authenticate(session, name="admin", password="the-old-password") is not None
+    assert not (cli_env.storage / "demo").exists()

@@ -40,12 +40,14 @@ def hold_data_dir_lock(data_dir: Path) -> IO[str]:
         ) from None
 
 
-def serve(settings: Settings, *, with_nginx: bool = True) -> None:
+def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM. `lock` is the data-dir lock if the caller already holds it
+    (`tbhub demo` takes it before it changes anything)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     prepare_runtime(settings)
-    lock = hold_data_dir_lock(settings.data_dir)
+    lock = lock or hold_data_dir_lock(settings.data_dir)
     upgrade(settings.db_url)
     raise_open_file_limit()
 

@@ -1,5 +1,5 @@
-"""`tbhub demo`: an admin with a one-time password, a `demo` project with real event files,
-then `tbhub serve`."""
+"""`tbhub demo`: an admin with a new random password, a `demo` project with real event
+files, then `tbhub serve`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tbhub.db import upgrade
 from tbhub.errors import NotFound
 from tbhub.projects import create_project, get_project
 from tbhub.sample_logs import write_project
-from tbhub.server import serve
+from tbhub.server import hold_data_dir_lock, serve
 from tbhub.settings import Settings
 from tbhub.users import create_user, get_user
 
@@ -47,6 +47,8 @@ def _ensure_project(session: Session, settings: Settings) -> bool:
 def run_demo() -> None:
     """Set up a demo admin and project with sample runs, then serve."""
     settings = runtime_settings()
+    # Before anything changes: a demo that cannot serve must leave the password as it was.
+    lock = hold_data_dir_lock(settings.data_dir)
     upgrade(settings.db_url)
     password = secrets.token_urlsafe(12)
     with db_session(settings) as session:
@@ -57,8 +59,9 @@ def run_demo() -> None:
         write_project(settings.storage / DEMO_PROJECT, runs=4, steps=500, tags=3, prefix="mnist")
     out_console.print(
         f"\n  tbhub demo at [bold]{settings.public_url}[/]\n"
-        f"  sign in as [bold]{DEMO_ADMIN}[/] with the one-time password [bold]{password}[/]\n"
+        f"  sign in as [bold]{DEMO_ADMIN}[/] with the password [bold]{password}[/] "
+        "(new each time `tbhub demo` starts)\n"
         f"  then open {settings.public_url}/boards/{DEMO_PROJECT}/\n",
         highlight=False,
     )
-    serve(settings)
+    serve(settings, lock=lock)
