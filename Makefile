@@ -14,12 +14,19 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
+# The OpenID provider the tests sign in against (node's oidc-provider, locked).
+OIDC_STAMP := tests/oidc/node_modules/.installed
+$(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json
+	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
+	@touch $(OIDC_STAMP)
+
 demo: venv
 	@deploy/install-system-deps.sh
 	$(BIN)/tbhub demo
 
 test: venv
 	@deploy/install-system-deps.sh test
+	@$(MAKE) --no-print-directory $(OIDC_STAMP)
 	$(BIN)/ruff check service tests bench alembic
 	$(BIN)/mypy
 	$(BIN)/pytest

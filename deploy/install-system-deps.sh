@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
-# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests);
+# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests) and node
+# with npm (the OpenID provider the tests sign in against);
 # with `bench`, also wrk.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
 set -euo pipefail
@@ -11,6 +12,8 @@ have rsync || missing+=(rsync)
 case "${1:-}" in
   test)
     have chromium || missing+=(chromium)
+    have node || missing+=(nodejs)
+    have npm || missing+=(npm)
     have ssh || missing+=(openssh-client)
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server) ;;
   bench) have wrk || missing+=(wrk) ;;

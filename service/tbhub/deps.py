@@ -11,6 +11,7 @@ from fastapi import Depends, Path, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner, read_session_cookie
 from tbhub.boards import AccessTracker, BoardDirectory
@@ -31,6 +32,7 @@ class AppContext:
     boards: BoardDirectory
     tracker: AccessTracker
     wake_supervisor: Callable[[], None]
+    oidc: OidcClient | None = None
 
 
 def get_context(request: Request) -> AppContext:

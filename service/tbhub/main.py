@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
 from tbhub.api import board_gate, health, metrics, projects, retention
+from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner
 from tbhub.boards import AccessTracker, BoardDirectory
@@ -20,7 +21,7 @@ from tbhub.deps import AppContext
 from tbhub.http_errors import install_error_handlers
 from tbhub.settings import Settings
 from tbhub.supervisor.loop import Supervisor
-from tbhub.web import pages
+from tbhub.web import oidc, pages
 
 log = logging.getLogger("tbhub")
 
@@ -38,6 +39,22 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         boards=BoardDirectory(factory),
         tracker=AccessTracker(),
         wake_supervisor=wake,
+        oidc=oidc_client(settings),
+    )
+
+
+def oidc_client(settings: Settings) -> OidcClient | None:
+    if not settings.oidc_enabled:
+        return None
+    assert settings.oidc_discovery_url and settings.oidc_client_id and settings.oidc_client_secret
+    return OidcClient(
+        OidcConfig(
+            discovery_url=settings.oidc_discovery_url,
+            client_id=settings.oidc_client_id,
+            client_secret=settings.oidc_client_secret.get_secret_value(),
+            scopes=settings.oidc_scopes,
+            groups_claim=settings.oidc_groups_claim,
+        )
     )
 
 
@@ -75,6 +92,7 @@ def create_app(
     app.include_router(retention.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
+    app.include_router(oidc.router)
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )

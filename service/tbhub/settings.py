@@ -88,6 +88,32 @@ class Settings(BaseSettings):
     tensorboard_bin: str = Field(
         default_factory=_default_tensorboard_bin, description="Path to the tensorboard binary."
     )
+    # Sign-in with an OpenID Connect provider (DESIGN.md, "Security model").
+    oidc_discovery_url: str | None = Field(
+        default=None,
+        description="The provider's discovery document (…/.well-known/openid-configuration). "
+        "Set it with the client id and secret to show a provider button on the sign-in page.",
+    )
+    oidc_client_id: str | None = Field(default=None, description="OIDC client id.")
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, description="OIDC client secret (confidential client)."
+    )
+    oidc_scopes: str = Field(
+        default="openid email profile",
+        description="Scopes asked of the provider; add the one that carries groups (often "
+        "`groups`) to map groups to teams.",
+    )
+    oidc_groups_claim: str = Field(
+        default="groups", description="The claim that lists the user's groups."
+    )
+    oidc_provider_name: str = Field(
+        default="your organisation", description="Shown on the button: 'Sign in with …'."
+    )
+    local_login: bool = Field(
+        default=True,
+        description="Offer local password accounts on the sign-in page. Turn off once OIDC "
+        "works; the admin CLI still manages local accounts.",
+    )
     # Retention (DESIGN.md decision 10): global defaults, overridable per project.
     retention_max_age_days: float | None = Field(
         default=None,
@@ -206,6 +232,24 @@ class Settings(BaseSettings):
                 "characters; unset it to have one generated, or use `openssl rand -hex 32`"
             )
         return value
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return bool(self.oidc_discovery_url and self.oidc_client_id and self.oidc_client_secret)
+
+    @model_validator(mode="after")
+    def _check_oidc(self) -> Settings:
+        given = [self.oidc_discovery_url, self.oidc_client_id, self.oidc_client_secret]
+        if any(given) and not all(given):
+            raise ValueError(
+                "OIDC needs all three of TBHUB_OIDC_DISCOVERY_URL, TBHUB_OIDC_CLIENT_ID and "
+                "TBHUB_OIDC_CLIENT_SECRET; set the missing ones or unset all three"
+            )
+        if not self.local_login and not any(given):
+            raise ValueError(
+                "TBHUB_LOCAL_LOGIN=false needs OIDC configured, or nobody could sign in"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resolve_paths(self) -> Settings:

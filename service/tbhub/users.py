@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub import audit
+from tbhub.auth.oidc import Identity
 from tbhub.auth.passwords import hash_password, verify_password
 from tbhub.errors import AlreadyExists, NotAuthenticated, NotFound
 from tbhub.models import User
@@ -49,3 +52,41 @@ def authenticate(session: Session, *, name: str, password: str) -> User:
 
 def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.name)))
+
+
+def sign_in_with_identity(session: Session, *, identity: Identity) -> User:
+    """The account of this (issuer, subject), created at its first sign-in; its email and
+    display name follow the provider's at every sign-in. Never matched by email or name."""
+    user = session.scalar(
+        select(User).where(
+            User.oidc_issuer == identity.issuer, User.oidc_subject == identity.subject
+        )
+    )
+    if user is None:
+        user = User(
+            name=_free_user_name(session, identity),
+            password_hash=None,
+            is_admin=False,
+            oidc_issuer=identity.issuer,
+            oidc_subject=identity.subject,
+        )
+        session.add(user)
+        session.flush()
+        audit.record(session, actor=user.name, action="user.create", target=user.name,
+                     issuer=identity.issuer, subject=identity.subject)  # fmt: skip
+    user.email, user.display_name = identity.email, identity.name
+    audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
+                 method="oidc")  # fmt: skip
+    return user
+
+
+def _free_user_name(session: Session, identity: Identity) -> str:
+    """A user name from the provider's preferred name or email, made unique with a suffix."""
+    wanted = identity.preferred_username or (identity.email or "").split("@")[0] or "user"
+    base = re.sub(r"[^A-Za-z0-9._@-]", "-", wanted).lstrip("._@-")[:56] or "user"
+    taken = set(session.scalars(select(User.name).where(User.name.startswith(base))))
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name

@@ -10,6 +10,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tbhub.errors import AmbiguousSession
 
@@ -23,31 +24,50 @@ class SessionData:
     expires_at: int
 
 
-class SessionSigner:
-    def __init__(self, secret_key: str, max_age: int) -> None:
-        self._key = hashlib.sha256(b"tbhub-session:" + secret_key.encode()).digest()
-        self.max_age = max_age
+class Signer:
+    """`<base64 JSON>.<HMAC>` values under a key derived for one purpose only. No "="
+    padding, so a cookie value needs no quoting and reads back the same everywhere."""
+
+    def __init__(self, secret_key: str, purpose: str) -> None:
+        self._key = hashlib.sha256(f"{purpose}:".encode() + secret_key.encode()).digest()
 
     def _mac(self, payload: bytes) -> str:
         digest = hmac.new(self._key, payload, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
-    def issue(self, user_id: int, now: float | None = None) -> str:
-        expires_at = int((now if now is not None else time.time()) + self.max_age)
-        body = json.dumps({"u": user_id, "e": expires_at}, separators=(",", ":")).encode()
+    def dump(self, data: dict[str, Any]) -> str:
+        body = json.dumps(data, separators=(",", ":")).encode()
         payload = base64.urlsafe_b64encode(body).rstrip(b"=")
         return f"{payload.decode()}.{self._mac(payload)}"
 
-    def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
-        """The session a cookie carries, or None if it is missing, forged or expired."""
-        if not token or token.count(".") != 1:
+    def load(self, value: str | None) -> dict[str, Any] | None:
+        """The data, or None if the value is missing, malformed or forged."""
+        if not value or value.count(".") != 1:
             return None
-        payload, mac = token.split(".")
+        payload, mac = value.split(".")
         if not hmac.compare_digest(mac, self._mac(payload.encode())):
             return None
         try:
-            body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-            data = SessionData(user_id=int(body["u"]), expires_at=int(body["e"]))
+            data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+
+class SessionSigner:
+    def __init__(self, secret_key: str, max_age: int) -> None:
+        self._signer = Signer(secret_key, "tbhub-session")
+        self.max_age = max_age
+
+    def issue(self, user_id: int, now: float | None = None) -> str:
+        expires_at = int((now if now is not None else time.time()) + self.max_age)
+        return self._signer.dump({"u": user_id, "e": expires_at})
+
+    def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
+        """The session a cookie carries, or None if it is missing, forged or expired."""
+        body = self._signer.load(token)
+        try:
+            data = SessionData(user_id=int(body["u"]), expires_at=int(body["e"]))  # type: ignore[index]
         except (ValueError, KeyError, TypeError):
             return None
         if data.expires_at < (now if now is not None else time.time()):

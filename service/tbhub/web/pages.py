@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
-from tbhub.deps import ContextDep, OptionalUser, SessionDep
+from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.projects import visible_projects
 from tbhub.templating import render
@@ -46,9 +46,21 @@ def home(request: Request, user: OptionalUser, session: SessionDep) -> Response:
 
 @router.get("/auth/login")
 def login_form(
-    request: Request, next: Annotated[str, Query(max_length=URL_PATH_MAX)] = "/"
+    request: Request,
+    context: ContextDep,
+    next: Annotated[str, Query(max_length=URL_PATH_MAX)] = "/",
 ) -> Response:
-    return _with_csrf(request, "login.html", {"next": safe_next(next), "error": None})
+    return _with_csrf(request, "login.html", login_page(context, safe_next(next)))
+
+
+def login_page(context: AppContext, next_path: str, error: str | None = None) -> dict[str, Any]:
+    settings = context.settings
+    return {
+        "next": next_path,
+        "error": error,
+        "local_login": settings.local_login,
+        "oidc_name": settings.oidc_provider_name if context.oidc is not None else None,
+    }
 
 
 @router.post("/auth/login")
@@ -61,18 +73,26 @@ def login(
     csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
     next: Annotated[str, Form(max_length=URL_PATH_MAX)] = "/",
 ) -> Response:
+    if not context.settings.local_login:
+        raise Forbidden(
+            "local accounts are turned off here; sign in with your organisation's account"
+        )
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
         raise Forbidden("the sign-in form expired; reload the page and sign in again")
     try:
         user = authenticate(session, name=username, password=password)
     except NotAuthenticated as exc:
-        return _with_csrf(
-            request, "login.html", {"next": safe_next(next), "error": exc.message}, status_code=401
-        )
-    response = RedirectResponse(safe_next(next), status_code=303)
+        page = login_page(context, safe_next(next), exc.message)
+        return _with_csrf(request, "login.html", page, status_code=401)
+    return signed_in_redirect(context, user.id, safe_next(next))
+
+
+def signed_in_redirect(context: AppContext, user_id: int, target: str) -> Response:
+    """The answer to a successful sign-in, by password or OIDC: the session cookie, and on."""
+    response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        context.signer.issue(user.id),
+        context.signer.issue(user_id),
         max_age=context.settings.session_max_age,
         httponly=True,
         samesite="lax",
