@@ -3,8 +3,9 @@ and the signed-in user."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner, read_session_cookie
+from tbhub.auth.throttle import SignInGuard
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX
 from tbhub.db import transaction
@@ -33,6 +35,19 @@ class AppContext:
     tracker: AccessTracker
     wake_supervisor: Callable[[], None]
     oidc: OidcClient | None = None
+    sign_ins: SignInGuard = field(default_factory=SignInGuard)
+
+
+def client_address(request: Request) -> str:
+    """The browser's address: nginx (on loopback) sets X-Forwarded-For to $remote_addr,
+    overwriting whatever the client sent; from anywhere else the peer itself."""
+    peer = request.client.host if request.client else ""
+    forwarded = request.headers.get("x-forwarded-for", "")
+    try:
+        from_loopback = ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        from_loopback = False
+    return forwarded.strip()[:64] if from_loopback and forwarded else peer
 
 
 def get_context(request: Request) -> AppContext:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
+from tbhub import audit
 from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
-from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep
+from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep, client_address
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.projects import visible_projects
 from tbhub.templating import render
 from tbhub.users import authenticate
 
 router = APIRouter(include_in_schema=False)
+log = logging.getLogger("tbhub")
 
 
 def safe_next(target: str | None) -> str:
@@ -79,11 +82,28 @@ def login(
         )
     if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
         raise Forbidden("the sign-in form expired; reload the page and sign in again")
+    address = client_address(request)
+    wait = context.sign_ins.wait_seconds(username, address)
+    if wait > 0:
+        log.warning("sign-in refused for %r from %s: throttled for %.0fs", username, address, wait)
+        minutes = f"{wait / 60:.0f} minutes" if wait >= 120 else f"{wait:.0f} seconds"
+        page = login_page(context, safe_next(next), f"too many failed sign-ins for this account "
+                          f"or from your address; try again in {minutes}")  # fmt: skip
+        response = _with_csrf(request, "login.html", page, status_code=429)
+        response.headers["Retry-After"] = str(int(wait) + 1)
+        return response
     try:
         user = authenticate(session, name=username, password=password)
     except NotAuthenticated as exc:
+        context.sign_ins.failed(username, address)
+        audit.record(session, actor="anonymous", action="auth.sign_in_failed", target=username,
+                     address=address, method="local")  # fmt: skip
+        log.warning("sign-in refused for %r from %s: wrong name or password", username, address)
         page = login_page(context, safe_next(next), exc.message)
         return _with_csrf(request, "login.html", page, status_code=401)
+    context.sign_ins.succeeded(username)
+    audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
+                 address=address, method="local")  # fmt: skip
     return signed_in_redirect(context, user.id, safe_next(next))
 
 

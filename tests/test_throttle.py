@@ -1,0 +1,98 @@
+"""Failed sign-ins slow down and then lock out, per account and per address, and the answers
+never tell a real account from an unknown one."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.auth.throttle import SignInGuard, SignInThrottle, ThrottlePolicy
+from tbhub.models import AuditEvent
+from tbhub.settings import Settings
+from tests.test_api import PASSWORD, seed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_free_failures_then_doubling_waits_then_a_lockout_then_forgotten() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(ThrottlePolicy(), clock=clock)
+    waits = []
+    for _ in range(10):
+        clock.now += throttle.wait_seconds("k")  # the caller waits as told, then fails again
+        throttle.failed("k")
+        waits.append(round(throttle.wait_seconds("k")))
+    assert waits == [0, 0, 0, 0, 2, 4, 8, 16, 32, 900]
+    clock.now += 899
+    assert throttle.wait_seconds("k") == 1
+    clock.now += 1 + 900
+    assert throttle.wait_seconds("k") == 0
+
+
+def test_success_clears_an_account_and_the_key_count_is_bounded() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(ThrottlePolicy(max_keys=100), clock=clock)
+    for _ in range(6):
+        throttle.failed("alice")
+    assert throttle.wait_seconds("alice") > 0
+    throttle.succeeded("alice")
+    assert throttle.wait_seconds("alice") == 0
+    for i in range(1000):
+        clock.now += 1
+        throttle.failed(f"spray-{i}")
+    assert len(throttle._records) <= 100
+
+
+def try_sign_in(client: TestClient, name: str, password: str) -> tuple[int, str]:
+    client.cookies.clear()
+    client.get("/auth/login")
+    response = client.post(
+        "/auth/login",
+        data={"username": name, "password": password, "csrf_token": client.cookies["tbhub_csrf"]},
+        follow_redirects=False,
+    )
+    message = (
+        response.text.split('role="alert">')[1].split("<")[0] if "alert" in response.text else ""
+    )
+    return response.status_code, message
+
+
+def test_an_account_under_attack_is_slowed_then_refused_like_an_unknown_one(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    client.app.state.context.sign_ins = SignInGuard(clock=Clock())  # type: ignore[attr-defined]
+    answers = {}
+    for name in ("alice", "nobody-at-all"):
+        codes = [try_sign_in(client, name, "wrong")[0] for _ in range(5)]
+        assert codes == [401] * 5
+        answers[name] = try_sign_in(client, name, "wrong")
+    assert answers["alice"] == answers["nobody-at-all"]
+    assert answers["alice"][0] == 429 and "too many failed sign-ins" in answers["alice"][1]
+    # The right password is refused too while the wait lasts: the attacker learns nothing.
+    assert try_sign_in(client, "alice", PASSWORD)[0] == 429
+    # Another account is not affected.
+    assert try_sign_in(client, "bob", PASSWORD)[0] == 303
+    with factory() as session:
+        failed = session.scalars(
+            select(AuditEvent.target).where(AuditEvent.action == "auth.sign_in_failed")
+        ).all()
+    assert failed.count("alice") == 5 and failed.count("nobody-at-all") == 5
+
+
+def test_one_address_spraying_many_accounts_is_refused(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    client.app.state.context.sign_ins = SignInGuard(clock=Clock())  # type: ignore[attr-defined]
+    codes = [try_sign_in(client, f"user-{i}", "wrong")[0] for i in range(20)]
+    assert codes == [401] * 20
+    status, message = try_sign_in(client, "user-new", "wrong")
+    assert status == 429 and "from your address" in message
