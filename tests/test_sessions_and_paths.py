@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.passwords import hash_password, verify_password
-from tbhub.auth.sessions import SessionSigner, csrf_matches, read_session_cookie
+from tbhub.auth.sessions import SessionSigner, read_session_cookie
 from tbhub.errors import AmbiguousSession, InvalidInput, UnsafePath
 from tbhub.names import check_project_name
 from tbhub.storage.paths import inside_root, project_dir
@@ -39,11 +40,14 @@ def test_tampered_session_payload_is_rejected() -> None:
     assert SIGNER.verify(f"{payload}.{mac}", now=1001) is not None
 
 
-def test_csrf_needs_matching_non_empty_values() -> None:
-    assert csrf_matches("t", "t")
-    assert not csrf_matches("t", "u")
-    assert not csrf_matches(None, None)
-    assert not csrf_matches("", "")
+def test_a_csrf_token_is_bound_to_its_session_and_key() -> None:
+    tokens = CsrfTokens("k" * 64)
+    token = tokens.token("session-a")
+    assert tokens.valid("session-a", token)
+    assert not tokens.valid("session-b", token)  # a planted pair of another session
+    assert not CsrfTokens("j" * 64).valid("session-a", token)
+    assert not tokens.valid("session-a", "session-a")  # a plain double submit
+    assert not tokens.valid(None, token) and not tokens.valid("", "")
 
 
 def test_passwords_verify_only_with_the_right_password() -> None:

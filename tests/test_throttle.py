@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.throttle import SignInGuard, SignInThrottle, ThrottlePolicy
 from tbhub.models import AuditEvent
 from tbhub.settings import Settings
+from tests.forms import form_token
 from tests.test_api import PASSWORD, seed
 
 
@@ -52,10 +53,9 @@ def test_success_clears_an_account_and_the_key_count_is_bounded() -> None:
 
 def try_sign_in(client: TestClient, name: str, password: str) -> tuple[int, str]:
     client.cookies.clear()
-    client.get("/auth/login")
     response = client.post(
         "/auth/login",
-        data={"username": name, "password": password, "csrf_token": client.cookies["tbhub_csrf"]},
+        data={"username": name, "password": password, "csrf_token": form_token(client)},
         follow_redirects=False,
     )
     message = (

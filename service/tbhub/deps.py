@@ -12,6 +12,7 @@ from fastapi import Depends, Path, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner, read_session_cookie
@@ -34,6 +35,7 @@ class AppContext:
     boards: BoardDirectory
     tracker: AccessTracker
     wake_supervisor: Callable[[], None]
+    csrf: CsrfTokens
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
 

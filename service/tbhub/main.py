@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
-from tbhub.api import board_gate, health, metrics, projects, retention
+from tbhub.api import board_gate, csrf, health, metrics, projects, retention
+from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner
@@ -39,6 +40,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         boards=BoardDirectory(factory),
         tracker=AccessTracker(),
         wake_supervisor=wake,
+        csrf=CsrfTokens(settings.secret_key.get_secret_value()),
         oidc=oidc_client(settings),
     )
 
@@ -87,6 +89,7 @@ def create_app(
     )
     app.state.context = context
     app.include_router(health.router)
+    app.include_router(csrf.router)
     app.include_router(projects.router)
     app.include_router(board_gate.router)
     app.include_router(retention.router)
@@ -97,4 +100,5 @@ def create_app(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )
     install_error_handlers(app)
+    app.add_middleware(CsrfGuard, tokens=context.csrf, public_url=context.settings.public_url)
     return app

@@ -22,6 +22,7 @@ from tbhub.processes import ProcessRef, stop_group
 from tbhub.projects import create_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
 from tbhub.users import create_user
+from tests.forms import csrf_header, form_token
 
 TBHUB = str(Path(sys.executable).with_name("tbhub"))
 
@@ -181,15 +182,15 @@ class TbhubServer:
 
     def sign_in(self, name: str, password: str) -> httpx.Client:
         client = self.client()
-        client.get("/auth/login")
         response = client.post(
             "/auth/login",
             data={
                 "username": name,
                 "password": password,
-                "csrf_token": client.cookies["tbhub_csrf"],
+                "csrf_token": form_token(client),
                 "next": "/",
             },
         )
         assert response.status_code == 303, response.text
+        csrf_header(client)
         return client

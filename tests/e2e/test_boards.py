@@ -13,6 +13,7 @@ import pytest
 
 from tbhub.sample_logs import scalar_value, write_project
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
+from tests.forms import form_token
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 JSON = {"Accept": "application/json"}
@@ -157,14 +158,9 @@ def test_wrong_password_gets_one_generic_message(server: TbhubServer) -> None:
     messages = []
     for name in ("alice", "nobody-here"):
         client = server.client()
-        client.get("/auth/login")
         response = client.post(
             "/auth/login",
-            data={
-                "username": name,
-                "password": "wrong-password",
-                "csrf_token": client.cookies["tbhub_csrf"],
-            },
+            data={"username": name, "password": "wrong-password", "csrf_token": form_token(client)},
         )
         assert response.status_code == 401
         assert "tbhub_session" not in response.cookies

@@ -6,7 +6,6 @@ import base64
 import hashlib
 import hmac
 import json
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,7 +14,6 @@ from typing import Any
 from tbhub.errors import AmbiguousSession
 
 SESSION_COOKIE = "tbhub_session"
-CSRF_COOKIE = "tbhub_csrf"
 
 
 @dataclass(frozen=True)
@@ -99,14 +97,3 @@ def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
             "in your browser and sign in again"
         )
     return found[0][1] or None
-
-
-def new_csrf_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def csrf_matches(cookie_value: str | None, form_value: str | None) -> bool:
-    """Double-submit check: the form field must echo the cookie set when the form was shown."""
-    return bool(cookie_value and form_value) and hmac.compare_digest(
-        str(cookie_value), str(form_value)
-    )

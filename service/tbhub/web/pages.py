@@ -9,7 +9,8 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub import audit
-from tbhub.auth.sessions import CSRF_COOKIE, SESSION_COOKIE, csrf_matches, new_csrf_token
+from tbhub.auth.csrf import CSRF_COOKIE, binding_of, new_nonce
+from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep, client_address
 from tbhub.errors import Forbidden, NotAuthenticated
@@ -31,12 +32,22 @@ def safe_next(target: str | None) -> str:
 def _with_csrf(
     request: Request, name: str, context: dict[str, Any], status_code: int = 200
 ) -> Response:
-    token = request.cookies.get(CSRF_COOKIE) or new_csrf_token()
+    """Render a page whose forms carry the CSRF token of this session (or, before sign-in,
+    of a nonce cookie set here)."""
+    app: AppContext = request.app.state.context
+    binding = binding_of(request)
+    nonce = None if binding else new_nonce()
+    token = app.csrf.token(binding or nonce or "")
     response = render(request, name, {**context, "csrf_token": token}, status_code=status_code)
-    if request.cookies.get(CSRF_COOKIE) != token:
-        secure = request.app.state.context.settings.public_url.startswith("https://")
-        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", secure=secure)
+    if nonce is not None:
+        secure = app.settings.public_url.startswith("https://")
+        response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=secure)
     return response
+
+
+def _check_form_token(request: Request, context: AppContext, token: str, what: str) -> None:
+    if not context.csrf.valid(binding_of(request), token):
+        raise Forbidden(f"the {what} form expired; reload the page and try again")
 
 
 @router.get("/")
@@ -80,8 +91,7 @@ def login(
         raise Forbidden(
             "local accounts are turned off here; sign in with your organisation's account"
         )
-    if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
-        raise Forbidden("the sign-in form expired; reload the page and sign in again")
+    _check_form_token(request, context, csrf_token, "sign-in")
     address = client_address(request)
     wait = context.sign_ins.wait_seconds(username, address)
     if wait > 0:
@@ -124,10 +134,11 @@ def signed_in_redirect(context: AppContext, user_id: int, target: str) -> Respon
 
 @router.post("/auth/logout")
 def logout(
-    request: Request, csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = ""
+    request: Request,
+    context: ContextDep,
+    csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
 ) -> Response:
-    if not csrf_matches(request.cookies.get(CSRF_COOKIE), csrf_token):
-        raise Forbidden("the sign-out form expired; reload the page and try again")
+    _check_form_token(request, context, csrf_token, "sign-out")
     response = RedirectResponse("/auth/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

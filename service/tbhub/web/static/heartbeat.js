@@ -12,14 +12,26 @@
   ["mousemove", "keydown", "wheel", "touchstart", "scroll"].forEach(function (name) {
     window.addEventListener(name, function () { lastActivity = Date.now(); }, { passive: true });
   });
+  // A POST made with the session cookie needs this session's CSRF token (auth/csrf.py).
+  var token = null;
+  function csrfToken() {
+    if (token) return Promise.resolve(token);
+    return fetch("/api/v1/csrf", { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (body) { token = body.token; return token; });
+  }
   function beat() {
     if (document.visibilityState !== "visible") return;
     if (Date.now() - lastActivity > ACTIVE_WINDOW_MS) return;
-    fetch("/api/v1/boards/" + encodeURIComponent(project) + "/heartbeat", {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "X-Requested-With": "tbhub-heartbeat" },
-    }).catch(function () {});
+    csrfToken().then(function (value) {
+      return fetch("/api/v1/boards/" + encodeURIComponent(project) + "/heartbeat", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "X-CSRF-Token": value },
+      });
+    }).then(function (r) {
+      if (r.status === 403) token = null;  // a new session: fetch its token next time
+    }).catch(function () { token = null; });
   }
   setInterval(beat, INTERVAL_MS);
   document.addEventListener("visibilitychange", beat);
