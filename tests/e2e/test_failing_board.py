@@ -12,6 +12,7 @@ from tests.e2e.harness import TbhubServer, wait_until
 from tests.scripts import write_script
 
 CRASHING_TENSORBOARD = """\
+import sys
 print("fatal: cannot read logdir (simulated)", flush=True)
 sys.exit(3)
 """
@@ -49,9 +50,17 @@ def test_crashing_board_is_marked_failed_with_its_last_log_lines(
         timeout=10,
         what="the starting page to report the failure",
     )
-    status = server.cli("admin", "board", "status", "vision").stdout
-    assert "observed: failed" in status
-    assert "fatal: cannot read logdir (simulated)" in status
+    # Between two retries the board is briefly "starting" again; it fails every time.
+    status = wait_until(
+        lambda: (
+            (out := server.cli("admin", "board", "status", "vision").stdout)
+            and "observed: failed" in out
+            and out
+        ),
+        timeout=15,
+        what="the CLI to show the failed board",
+    )
+    assert "fatal: cannot read logdir (simulated)" in str(status)
 
     # Backoff: 1 s, 2 s, 4 s ... so a few seconds bring only a few more attempts.
     time.sleep(4)
