@@ -20,6 +20,7 @@ from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import make_engine, make_session_factory
 from tbhub.deps import AppContext
 from tbhub.http_errors import install_error_handlers
+from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.supervisor.loop import Supervisor
 from tbhub.web import oidc, pages
@@ -101,4 +102,5 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(CsrfGuard, tokens=context.csrf, public_url=context.settings.public_url)
+    app.add_middleware(SecurityHeaders)
     return app

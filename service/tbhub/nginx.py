@@ -19,6 +19,8 @@ from tbhub.api.board_gate import AUTH_CACHE_SECONDS, BOARD_PATH_REGEX, UNSAFE_BO
 from tbhub.errors import ConfigError
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.resources import nginx_template
+from tbhub.security_headers import BOARD_CSP
+from tbhub.security_headers import COMMON as COMMON_HEADERS
 from tbhub.settings import Settings
 
 # Every header name the hook, nginx or the boards use to carry identity or routing.
@@ -77,6 +79,8 @@ def render_config(settings: Settings) -> str:
         http_port=settings.http_port,
         auth_cache_seconds=AUTH_CACHE_SECONDS,
         identity_headers=IDENTITY_HEADERS,
+        board_csp=BOARD_CSP,
+        security_headers=COMMON_HEADERS,
         board_path_regex=BOARD_PATH_REGEX,
         unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,
     )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tbhub.sample_logs import scalar_value, write_project
+from tbhub.security_headers import BOARD_CSP
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
 from tests.forms import form_token
 
@@ -186,3 +187,13 @@ def test_idle_board_is_stopped_and_its_processes_are_gone(
     assert not any(p.is_running() and p.status() != "zombie" for p in processes)
     state = server.cli("admin", "project", "list", "--json").stdout
     assert '"board": "stopped"' in state
+
+
+def test_board_answers_carry_tbhubs_csp_on_top_of_tensorboards(server: TbhubServer) -> None:
+    alice = server.sign_in("alice", "alice-password")
+    wait_for_board(alice, "vision")
+    for path in ("/boards/vision/", "/boards/vision/data/runs"):
+        response = alice.get(path, headers=HTML)
+        policies = response.headers.get_list("content-security-policy")
+        assert BOARD_CSP in policies, (path, policies)
+        assert response.headers["x-content-type-options"] == "nosniff"

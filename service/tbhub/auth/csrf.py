@@ -10,8 +10,8 @@ token only tbhub can make, and none may come from another site.
 - Any POST/PUT/PATCH/DELETE whose `Origin` is not tbhub's own, or whose `Sec-Fetch-Site`
   is not `same-origin`/`none`, is refused, forms and sign-in included. A sibling
   subdomain is "same-site", and refused too.
-- Calls with `Authorization: Bearer` and no session cookie need no token: a browser never
-  adds that header by itself.
+- Calls with `Authorization: Bearer` need no token: a browser never adds that header by
+  itself, and the bearer token, not the cookie, is what such a call is judged by.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ class CsrfGuard:
             session = read_session_cookie(request.headers.getlist("cookie"))
         except AmbiguousSession:
             return None  # the route refuses it with its own, clearer error
-        if session is None:
-            return None  # a bearer token or nobody: no cookie to abuse
+        if session is None or request.headers.get("authorization"):
+            return None  # a bearer token (which a browser never adds by itself) or nobody
         if not self.tokens.valid(session, request.headers.get(CSRF_HEADER)):
             return (
                 "a call made with the session cookie needs the X-CSRF-Token header; get it "
