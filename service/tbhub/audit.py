@@ -1,13 +1,73 @@
-"""The audit log: who did what, written in the same transaction as the change."""
+"""The audit log: who did what, written in the same transaction as the change, and read back
+with filters by the admin CLI and `GET /api/v1/audit`."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from tbhub.errors import InvalidInput
 from tbhub.models import AuditEvent
+
+MAX_PAGE = 1000
+TIME_MAX = 40  # characters of an ISO 8601 time
+
+
+def parse_since(value: str | None) -> datetime | None:
+    """An ISO 8601 time (a date alone means its midnight, local time if no zone is given)."""
+    if value is None:
+        return None
+    try:
+        since = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(
+            f"since {value[:TIME_MAX]!r} is not a time; use ISO 8601, e.g. 2026-12-01 or "
+            "2026-12-01T08:00:00Z"
+        ) from None
+    return since if since.tzinfo else since.astimezone()
 
 
 def record(session: Session, *, actor: str, action: str, target: str, **detail: Any) -> None:
     session.add(AuditEvent(actor=actor, action=action, target=target, detail=detail))
+
+
+def list_events(
+    session: Session,
+    *,
+    user: str | None = None,
+    project: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    before_id: int | None = None,
+    limit: int = 100,
+) -> list[AuditEvent]:
+    """Newest first. `user` matches who acted or whom it was about; `project` matches the
+    project and everything in it (`<project>/<run>`); `action` a prefix like `auth.`."""
+    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(min(limit, MAX_PAGE))
+    if user is not None:
+        query = query.where(or_(AuditEvent.actor == user, AuditEvent.target == user))
+    if project is not None:
+        query = query.where(
+            or_(AuditEvent.target == project, AuditEvent.target.startswith(f"{project}/"))
+        )
+    if action is not None:
+        query = query.where(AuditEvent.action.startswith(action))
+    if since is not None:
+        query = query.where(AuditEvent.at >= since)
+    if before_id is not None:
+        query = query.where(AuditEvent.id < before_id)
+    return list(session.scalars(query))
+
+
+def as_dict(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "at": event.at.isoformat().replace("+00:00", "Z"),
+        "actor": event.actor,
+        "action": event.action,
+        "target": event.target,
+        "detail": event.detail,
+    }

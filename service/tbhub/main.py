@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
-from tbhub.api import board_gate, csrf, health, metrics, projects, retention
+from tbhub.api import audit, board_gate, csrf, health, metrics, projects, retention
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
@@ -94,6 +94,7 @@ def create_app(
     app.include_router(projects.router)
     app.include_router(board_gate.router)
     app.include_router(retention.router)
+    app.include_router(audit.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(oidc.router)

@@ -7,6 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
+from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
@@ -31,6 +32,7 @@ app.add_typer(boards_cli.app, name="board")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
 app.add_typer(backup_cli.app, name="backup")
+app.add_typer(audit_cli.app, name="audit")
 
 ACTOR = "cli"
 

@@ -1,0 +1,47 @@
+"""`tbhub admin audit list`: who did what, newest first."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from tbhub import audit
+from tbhub.cli.common import (
+    JsonOption,
+    db_session,
+    emit,
+    handle_errors,
+    out_console,
+    runtime_settings,
+)
+
+app = typer.Typer(help="The audit log: sign-ins, tokens, members, boards, retention, backups.",
+                  no_args_is_help=True)  # fmt: skip
+
+
+@app.command("list")
+@handle_errors
+def list_command(
+    user: str | None = typer.Option(None, "--user", help="Who acted, or whom it was about."),
+    project: str | None = typer.Option(None, "--project", "-p", help="A project and its runs."),
+    action: str | None = typer.Option(None, "--action", help="An action prefix, e.g. auth."),
+    since: str | None = typer.Option(None, "--since", help="ISO 8601 time, e.g. 2026-12-01."),
+    limit: int = typer.Option(100, "--limit", min=1, max=audit.MAX_PAGE, help="At most this many."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Audit events, newest first."""
+    with db_session(runtime_settings()) as session:
+        rows = [audit.as_dict(e) for e in audit.list_events(
+            session, user=user, project=project, action=action, since=audit.parse_since(since),
+            limit=limit)]  # fmt: skip
+
+    def human() -> None:
+        if not rows:
+            out_console.print("no audit events match")
+            return
+        table = Table("id", "at", "actor", "action", "target")
+        for row in rows:
+            table.add_row(str(row["id"]), row["at"], row["actor"], row["action"], row["target"])
+        out_console.print(table)
+
+    emit(rows, as_json=as_json, human=human)
