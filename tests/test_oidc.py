@@ -16,12 +16,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.oidc import PENDING_COOKIE, PendingSigner
+from tbhub.db import transaction
 from tbhub.main import build_context, create_app
-from tbhub.models import AuditEvent, User
+from tbhub.models import AuditEvent, Role, User
 from tbhub.settings import Settings
+from tbhub.teams import create_team, grant
 from tests.conftest import TEST_SECRET
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider, oidc_provider
 from tests.oidc_provider import sign_in_at_provider as provider_login
+from tests.test_api import seed
 
 BASE = "http://testserver"
 
@@ -182,3 +185,21 @@ def test_settings_refuse_half_an_oidc_config_and_no_way_in(tmp_path: Path) -> No
         Settings(data_dir=tmp_path, oidc_client_id="x")
     with pytest.raises(ValueError, match="nobody could sign in"):
         Settings(data_dir=tmp_path, local_login=False)
+
+
+def test_groups_from_the_provider_map_to_teams_at_each_sign_in(
+    settings: Settings, factory: sessionmaker[Session], provider: Provider
+) -> None:
+    seed(factory, settings)
+    with transaction(factory) as session:
+        create_team(session, name="vision-team", actor="t")
+        grant(session, project="vision", team="vision-team", role=Role.viewer, actor="t")
+    mapped = oidc_settings(settings, provider, oidc_group_teams={"ml-vision": "vision-team"})
+    with TestClient(create_app(build_context(mapped)), base_url=BASE) as client:
+        provider.set_account("judy", groups=["ml-vision", "unrelated"])
+        finish(client, provider_login(begin(client), "judy"))
+        assert [p["name"] for p in client.get("/api/v1/projects").json()] == ["vision"]
+        provider.set_account("judy", groups=["unrelated"])  # removed from the group
+        client.cookies.clear()
+        finish(client, provider_login(begin(client), "judy"))
+        assert client.get("/api/v1/projects").json() == []

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import SessionSigner, read_session_cookie
+from tbhub.auth.sessions import SessionData, SessionSigner, read_session_cookie
 from tbhub.auth.throttle import SignInGuard
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX
@@ -70,16 +70,26 @@ def get_session(context: ContextDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def signed_in_user_id(request: Request, context: AppContext) -> int | None:
-    """The user a valid session cookie names; raises AmbiguousSession for a request whose
-    cookies could be read two ways."""
-    data = context.signer.verify(read_session_cookie(request.headers.getlist("cookie")))
-    return data.user_id if data else None
+def signed_in_session(request: Request, context: AppContext) -> SessionData | None:
+    """The session a valid cookie carries (not yet checked against the user's epoch);
+    raises AmbiguousSession for a request whose cookies could be read two ways."""
+    return context.signer.verify(read_session_cookie(request.headers.getlist("cookie")))
+
+
+def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool:
+    """A session ends when its user is disabled or their session epoch moved on (sign out
+    everywhere, a password change)."""
+    return not disabled and data.epoch == epoch
 
 
 def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
-    user_id = signed_in_user_id(request, context)
-    return session.get(User, user_id) if user_id is not None else None
+    data = signed_in_session(request, context)
+    user = session.get(User, data.user_id) if data is not None else None
+    if user is None or data is None:
+        return None
+    return (
+        user if session_is_current(data, disabled=user.disabled, epoch=user.session_epoch) else None
+    )
 
 
 def get_current_user(user: Annotated[User | None, Depends(get_optional_user)]) -> User:

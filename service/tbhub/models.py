@@ -20,6 +20,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.sql.expression import false
 
 from tbhub.bounds import AUDIT_TARGET_MAX
 
@@ -89,6 +90,10 @@ class User(Base):
     oidc_subject: Mapped[str | None] = mapped_column(String(255))
     email: Mapped[str | None] = mapped_column(String(255))
     display_name: Mapped[str | None] = mapped_column(String(255))
+    # A disabled account keeps its data but gets in nowhere. Raising session_epoch ends
+    # every session issued before (sign out everywhere, a password change).
+    disabled: Mapped[bool] = mapped_column(default=False, server_default=false())
+    session_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     memberships: Mapped[list[Membership]] = relationship(
         back_populates="user", cascade="all, delete-orphan"
@@ -123,6 +128,38 @@ class Membership(Base):
 
     user: Mapped[User] = relationship(back_populates="memberships")
     project: Mapped[Project] = relationship(back_populates="memberships")
+
+
+class Team(Base):
+    """People who get project roles together; members may be synced from an OIDC group."""
+
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TeamMember(Base):
+    __tablename__ = "team_members"
+
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"),
+                                         primary_key=True)  # fmt: skip
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
+                                         primary_key=True)  # fmt: skip
+    source: Mapped[str] = mapped_column(String(16), default="manual")  # manual | oidc
+
+
+class TeamRole(Base):
+    """A team's role in a project: every member has it (or more, through their own)."""
+
+    __tablename__ = "team_roles"
+
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"),
+                                         primary_key=True)  # fmt: skip
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            primary_key=True)  # fmt: skip
+    role: Mapped[Role] = mapped_column(Enum(Role, native_enum=False, length=16))
 
 
 class Board(Base):

@@ -8,6 +8,7 @@ from tbhub.errors import InvalidInput
 
 PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+TEAM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
 def check_project_name(name: str) -> str:
@@ -24,5 +25,14 @@ def check_user_name(name: str) -> str:
         raise InvalidInput(
             f"user name {name!r} is not allowed: use 1-64 letters, digits, '.', '_', '@' "
             "or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def check_team_name(name: str) -> str:
+    if not TEAM_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"team name {name!r} is not allowed: use 1-64 lowercase letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit (for example 'vision-team')"
         )
     return name

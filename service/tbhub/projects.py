@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub import audit
+from tbhub.auth.permissions import project_roles
 from tbhub.errors import AlreadyExists, InvalidInput, NotFound
 from tbhub.models import Board, Membership, Project, Role, User
 from tbhub.names import check_project_name
@@ -70,11 +71,9 @@ def set_membership(
 
 
 def visible_projects(session: Session, *, user: User) -> list[tuple[Project, Role | None]]:
-    """Projects the user may see, with their role (None for an admin who is not a member)."""
-    roles = {
-        m.project_id: m.role
-        for m in session.scalars(select(Membership).where(Membership.user_id == user.id))
-    }
+    """Projects the user may see, with their role, own or through a team (None for an admin
+    who is not a member)."""
+    roles = project_roles(session, user_id=user.id)
     query = select(Project).order_by(Project.name)
     if not user.is_admin:
         query = query.where(Project.id.in_(roles))

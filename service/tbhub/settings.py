@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     oidc_groups_claim: str = Field(
         default="groups", description="The claim that lists the user's groups."
     )
+    oidc_group_teams: dict[str, str] = Field(
+        default_factory=dict,
+        description='JSON {"group": "team"}: a user in the group is made a member of the team '
+        "at each sign-in, and taken out when no mapped group of theirs is left. Teams are "
+        "created when first needed; memberships added by hand are left alone.",
+    )
     oidc_provider_name: str = Field(
         default="your organisation", description="Shown on the button: 'Sign in with …'."
     )

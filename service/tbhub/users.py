@@ -47,7 +47,14 @@ def authenticate(session: Session, *, name: str, password: str) -> User:
     if not verify_password(user.password_hash if user else None, password):
         raise NotAuthenticated(WRONG_CREDENTIALS)
     assert user is not None
+    refuse_disabled(user)
     return user
+
+
+def refuse_disabled(user: User) -> None:
+    """Told only to someone who proved who they are (a right password, or the provider)."""
+    if user.disabled:
+        raise NotAuthenticated("this account is disabled; ask an admin of this tbhub to enable it")
 
 
 def list_users(session: Session) -> list[User]:
@@ -74,6 +81,7 @@ def sign_in_with_identity(session: Session, *, identity: Identity) -> User:
         session.flush()
         audit.record(session, actor=user.name, action="user.create", target=user.name,
                      issuer=identity.issuer, subject=identity.subject)  # fmt: skip
+    refuse_disabled(user)
     user.email, user.display_name = identity.email, identity.name
     audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
                  method="oidc")  # fmt: skip
@@ -90,3 +98,33 @@ def _free_user_name(session: Session, identity: Identity) -> str:
         n += 1
         name = f"{base}-{n}"
     return name
+
+
+def set_disabled(session: Session, *, name: str, disabled: bool, actor: str) -> User:
+    """A disabled account keeps its data and memberships but gets in nowhere: its sessions
+    stop at once on pages and the API, and on boards within the permission cache's life."""
+    user = get_user(session, name=name)
+    user.disabled = disabled
+    audit.record(session, actor=actor, action="user.disable" if disabled else "user.enable",
+                 target=name)  # fmt: skip
+    session.flush()
+    return user
+
+
+def end_sessions(session: Session, *, name: str, actor: str) -> User:
+    """Sign out everywhere: every session issued so far stops working."""
+    user = get_user(session, name=name)
+    user.session_epoch += 1
+    audit.record(session, actor=actor, action="user.sign_out_everywhere", target=name)
+    session.flush()
+    return user
+
+
+def set_password(session: Session, *, name: str, password: str, actor: str) -> User:
+    """A new password also ends every session made with the old one."""
+    user = get_user(session, name=name)
+    user.password_hash = hash_password(password)
+    user.session_epoch += 1
+    audit.record(session, actor=actor, action="user.password", target=name)
+    session.flush()
+    return user

@@ -17,7 +17,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from tbhub.boards import BoardView
-from tbhub.deps import AppContext, ContextDep, ProjectInPath, signed_in_user_id
+from tbhub.deps import (
+    AppContext,
+    ContextDep,
+    ProjectInPath,
+    session_is_current,
+    signed_in_session,
+)
 from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.http_errors import wants_html
 from tbhub.models import ObservedState
@@ -56,11 +62,14 @@ class Verdict(enum.Enum):
 
 def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
     """The caller's standing towards `project`, and the project id when allowed."""
-    user_id = signed_in_user_id(request, context)
-    if user_id is None:
+    data = signed_in_session(request, context)
+    if data is None:
         return Verdict.anonymous, None
-    access = context.access.lookup(user_id, project)
-    if not access.user_exists:
+    access = context.access.lookup(data.user_id, project)
+    # A disabled user's access reads as no user; a session from an older epoch is over.
+    if not access.user_exists or not session_is_current(
+        data, disabled=False, epoch=access.session_epoch
+    ):
         return Verdict.anonymous, None
     if access.project_id is None:
         return Verdict.unknown_project, None

@@ -10,17 +10,18 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.models import Membership, Project, Role, User
+from tbhub.models import Membership, Project, Role, TeamMember, TeamRole, User
 
 
 @dataclass(frozen=True)
 class Access:
     """One user's standing towards one project name."""
 
-    user_exists: bool
+    user_exists: bool  # False too for a disabled account: it gets in nowhere
     is_admin: bool
     project_id: int | None  # None: no such project
-    role: Role | None
+    role: Role | None  # the highest of the user's own role and their teams' roles
+    session_epoch: int = 0  # sessions issued under an older epoch are over
 
     @property
     def can_view(self) -> bool:
@@ -36,21 +37,40 @@ class Access:
         return self.is_admin or (self.role is not None and self.role.rank >= role.rank)
 
 
+def project_roles(
+    session: Session, *, user_id: int, project_id: int | None = None
+) -> dict[int, Role]:
+    """project id -> the user's highest role there, own or through a team."""
+    own = select(Membership.project_id, Membership.role).where(Membership.user_id == user_id)
+    teams = (
+        select(TeamRole.project_id, TeamRole.role)
+        .join(TeamMember, TeamMember.team_id == TeamRole.team_id)
+        .where(TeamMember.user_id == user_id)
+    )
+    if project_id is not None:
+        own = own.where(Membership.project_id == project_id)
+        teams = teams.where(TeamRole.project_id == project_id)
+    roles: dict[int, Role] = {}
+    for pid, role in [*session.execute(own), *session.execute(teams)]:
+        if pid not in roles or role.rank > roles[pid].rank:
+            roles[pid] = role
+    return roles
+
+
 def load_access(session: Session, *, user_id: int, project: str) -> Access:
     user = session.get(User, user_id)
+    if user is not None and user.disabled:
+        user = None
     project_id = session.scalar(select(Project.id).where(Project.name == project))
     role = None
     if user is not None and project_id is not None:
-        role = session.scalar(
-            select(Membership.role).where(
-                Membership.user_id == user_id, Membership.project_id == project_id
-            )
-        )
+        role = project_roles(session, user_id=user_id, project_id=project_id).get(project_id)
     return Access(
         user_exists=user is not None,
         is_admin=bool(user and user.is_admin),
         project_id=project_id,
         role=role,
+        session_epoch=user.session_epoch if user is not None else 0,
     )
 
 

@@ -20,6 +20,7 @@ SESSION_COOKIE = "tbhub_session"
 class SessionData:
     user_id: int
     expires_at: int
+    epoch: int = 0  # the user's session epoch when it was issued; a raised epoch ends it
 
 
 class Signer:
@@ -57,16 +58,20 @@ class SessionSigner:
         self._signer = Signer(secret_key, "tbhub-session")
         self.max_age = max_age
 
-    def issue(self, user_id: int, now: float | None = None) -> str:
+    def issue(self, user_id: int, now: float | None = None, *, epoch: int = 0) -> str:
         expires_at = int((now if now is not None else time.time()) + self.max_age)
-        return self._signer.dump({"u": user_id, "e": expires_at})
+        return self._signer.dump({"u": user_id, "e": expires_at, "v": epoch})
 
     def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
         """The session a cookie carries, or None if it is missing, forged or expired."""
         body = self._signer.load(token)
         try:
-            data = SessionData(user_id=int(body["u"]), expires_at=int(body["e"]))  # type: ignore[index]
-        except (ValueError, KeyError, TypeError):
+            data = SessionData(
+                user_id=int(body["u"]),  # type: ignore[index]
+                expires_at=int(body["e"]),  # type: ignore[index]
+                epoch=int(body.get("v", 0)),  # type: ignore[union-attr]
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
         if data.expires_at < (now if now is not None else time.time()):
             return None

@@ -11,6 +11,7 @@ from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
+from tbhub.cli import teams as teams_cli
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -21,9 +22,12 @@ from tbhub.cli.common import (
 )
 from tbhub.errors import InvalidInput
 from tbhub.projects import create_project, list_projects, parse_role, set_membership
-from tbhub.users import create_user, list_users
+from tbhub.users import create_user, end_sessions, list_users, set_disabled, set_password
 
-app = typer.Typer(help="Operator commands: users, projects.", no_args_is_help=True)
+app = typer.Typer(
+    help="Operator commands: users, teams, projects, boards, retention, trash, backup, audit.",
+    no_args_is_help=True,
+)
 user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)
 project_app = typer.Typer(help="Projects and their members.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
@@ -33,6 +37,7 @@ app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
 app.add_typer(backup_cli.app, name="backup")
 app.add_typer(audit_cli.app, name="audit")
+app.add_typer(teams_cli.app, name="team")
 
 ACTOR = "cli"
 
@@ -81,6 +86,62 @@ def user_list(as_json: bool = JsonOption) -> None:
         out_console.print(table)
 
     emit(rows, as_json=as_json, human=human)
+
+
+def _set_disabled(name: str, disabled: bool, as_json: bool) -> None:
+    with db_session(runtime_settings()) as session:
+        set_disabled(session, name=name, disabled=disabled, actor=ACTOR)
+    message = f"{'disabled' if disabled else 'enabled'} {name}"
+    emit({"name": name, "disabled": disabled}, as_json=as_json,
+         human=lambda: out_console.print(message, highlight=False))  # fmt: skip
+
+
+@user_app.command("disable")
+@handle_errors
+def user_disable(name: str, as_json: bool = JsonOption) -> None:
+    """Disable an account: it keeps its data but gets in nowhere, from now on."""
+    _set_disabled(name, True, as_json)
+
+
+@user_app.command("enable")
+@handle_errors
+def user_enable(name: str, as_json: bool = JsonOption) -> None:
+    """Enable a disabled account again."""
+    _set_disabled(name, False, as_json)
+
+
+@user_app.command("sign-out-everywhere")
+@handle_errors
+def user_sign_out_everywhere(name: str, as_json: bool = JsonOption) -> None:
+    """End every session of the user (pages and API at once, boards within ~15 s)."""
+    with db_session(runtime_settings()) as session:
+        end_sessions(session, name=name, actor=ACTOR)
+    message = f"ended every session of {name}"
+    emit({"name": name, "sessions_ended": True}, as_json=as_json,
+         human=lambda: out_console.print(message, highlight=False))  # fmt: skip
+
+
+@user_app.command("set-password")
+@handle_errors
+def user_set_password(
+    name: str,
+    password_stdin: bool = typer.Option(
+        False, "--password-stdin", help="Read it from stdin instead of prompting."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Set or reset a local password; the user's existing sessions end."""
+    if password_stdin:
+        password = read_password_stdin()
+    elif sys.stdin.isatty():
+        password = typer.prompt("new password", hide_input=True, confirmation_prompt=True)
+    else:
+        raise InvalidInput("no terminal to prompt on; pipe the password in with --password-stdin")
+    with db_session(runtime_settings()) as session:
+        set_password(session, name=name, password=password, actor=ACTOR)
+    emit({"name": name, "password_set": True}, as_json=as_json,
+         human=lambda: out_console.print(f"set the password of {name}; their sessions ended",
+                                         highlight=False))  # fmt: skip
 
 
 @project_app.command("create")

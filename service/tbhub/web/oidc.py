@@ -11,6 +11,7 @@ from tbhub.auth.oidc import PENDING_COOKIE, PENDING_MAX_AGE, OidcClient, Pending
 from tbhub.bounds import URL_PATH_MAX
 from tbhub.deps import AppContext, ContextDep, SessionDep
 from tbhub.errors import NotFound
+from tbhub.teams import sync_groups
 from tbhub.users import sign_in_with_identity
 from tbhub.web.pages import safe_next, signed_in_redirect
 
@@ -67,8 +68,12 @@ def oidc_callback(
         params.update(error=error, error_description=error_description)
     identity = _client(context).finish(_redirect_uri(context), pending, params)
     user = sign_in_with_identity(session, identity=identity)
+    if context.settings.oidc_group_teams:
+        sync_groups(session, user=user, groups=identity.groups,
+                    group_teams=context.settings.oidc_group_teams)  # fmt: skip
+        context.access.invalidate()
     assert pending is not None
-    response = signed_in_redirect(context, user.id, safe_next(pending.next))
+    response = signed_in_redirect(context, user, safe_next(pending.next))
     # The pending login is used up: a replayed callback finds no state to match.
     response.delete_cookie(PENDING_COOKIE, path="/auth/oidc/")
     return response

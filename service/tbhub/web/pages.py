@@ -14,6 +14,7 @@ from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep, client_address
 from tbhub.errors import Forbidden, NotAuthenticated
+from tbhub.models import User
 from tbhub.projects import visible_projects
 from tbhub.templating import render
 from tbhub.users import authenticate
@@ -114,15 +115,15 @@ def login(
     context.sign_ins.succeeded(username)
     audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
                  address=address, method="local")  # fmt: skip
-    return signed_in_redirect(context, user.id, safe_next(next))
+    return signed_in_redirect(context, user, safe_next(next))
 
 
-def signed_in_redirect(context: AppContext, user_id: int, target: str) -> Response:
+def signed_in_redirect(context: AppContext, user: User, target: str) -> Response:
     """The answer to a successful sign-in, by password or OIDC: the session cookie, and on."""
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
-        context.signer.issue(user_id),
+        context.signer.issue(user.id, epoch=user.session_epoch),
         max_age=context.settings.session_max_age,
         httponly=True,
         samesite="lax",

@@ -1,0 +1,107 @@
+"""`tbhub admin team ...`: teams, their members, and their roles in projects."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from tbhub import teams
+from tbhub.cli.common import (
+    JsonOption,
+    db_session,
+    emit,
+    handle_errors,
+    out_console,
+    runtime_settings,
+)
+from tbhub.projects import parse_role
+
+app = typer.Typer(help="Teams: people who get project roles together.", no_args_is_help=True)
+ACTOR = "cli"
+
+
+def _done(as_json: bool, result: dict[str, object], message: str) -> None:
+    emit(result, as_json=as_json, human=lambda: out_console.print(message, highlight=False))
+
+
+@app.command("create")
+@handle_errors
+def create(name: str, as_json: bool = JsonOption) -> None:
+    """Create a team."""
+    with db_session(runtime_settings()) as session:
+        teams.create_team(session, name=name, actor=ACTOR)
+    _done(as_json, {"team": name}, f"created team {name}")
+
+
+@app.command("delete")
+@handle_errors
+def delete(name: str, as_json: bool = JsonOption) -> None:
+    """Delete a team: its members lose the roles they had through it."""
+    with db_session(runtime_settings()) as session:
+        teams.delete_team(session, name=name, actor=ACTOR)
+    _done(as_json, {"team": name, "deleted": True}, f"deleted team {name}")
+
+
+@app.command("add-member")
+@handle_errors
+def add_member(team: str, user: str, as_json: bool = JsonOption) -> None:
+    """Add a user to a team."""
+    with db_session(runtime_settings()) as session:
+        teams.add_member(session, team=team, user=user, actor=ACTOR)
+    _done(as_json, {"team": team, "user": user}, f"{user} is in team {team}")
+
+
+@app.command("remove-member")
+@handle_errors
+def remove_member(team: str, user: str, as_json: bool = JsonOption) -> None:
+    """Take a user out of a team."""
+    with db_session(runtime_settings()) as session:
+        teams.remove_member(session, team=team, user=user, actor=ACTOR)
+    _done(as_json, {"team": team, "user": user, "removed": True}, f"{user} left team {team}")
+
+
+@app.command("grant")
+@handle_errors
+def grant(
+    team: str,
+    project: str,
+    role: str = typer.Option(..., "--role", help="viewer, editor or owner."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Give a team a role in a project (or change it)."""
+    with db_session(runtime_settings()) as session:
+        teams.grant(session, project=project, team=team, role=parse_role(role), actor=ACTOR)
+    _done(as_json, {"team": team, "project": project, "role": role},
+          f"team {team} is {role} of {project}")  # fmt: skip
+
+
+@app.command("revoke")
+@handle_errors
+def revoke(team: str, project: str, as_json: bool = JsonOption) -> None:
+    """Take a team's role in a project away."""
+    with db_session(runtime_settings()) as session:
+        teams.revoke(session, project=project, team=team, actor=ACTOR)
+    _done(as_json, {"team": team, "project": project, "revoked": True},
+          f"team {team} has no role in {project} now")  # fmt: skip
+
+
+@app.command("list")
+@handle_errors
+def list_command(as_json: bool = JsonOption) -> None:
+    """Teams with their members and project roles."""
+    with db_session(runtime_settings()) as session:
+        rows = teams.list_teams(session)
+
+    def human() -> None:
+        if not rows:
+            out_console.print("no teams yet; create one with `tbhub admin team create NAME`")
+            return
+        table = Table("team", "members", "roles")
+        for row in rows:
+            members = ", ".join(f"{m['user']}{' (oidc)' if m['source'] == 'oidc' else ''}"
+                                for m in row["members"])  # type: ignore[attr-defined]  # fmt: skip
+            roles = ", ".join(f"{p}: {r}" for p, r in row["roles"].items())  # type: ignore[attr-defined]
+            table.add_row(str(row["name"]), members, roles)
+        out_console.print(table)
+
+    emit(rows, as_json=as_json, human=human)
