@@ -26,17 +26,23 @@ METHODS_WITH_BODIES = ("post", "put", "patch")
 
 
 def full_spec(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI spec of every route, hidden ones (sign-in form, board gate) included."""
+    """The OpenAPI spec of every route, hidden ones (sign-in form, board gate) included. The
+    routers are module-level objects shared by every app: their flags are put back."""
+    saved: list[tuple[Any, bool]] = []
     for included in app.routes:
         router = getattr(included, "original_router", None)
-        for route in router.routes if router is not None else []:
-            if isinstance(route, APIRoute):
-                route.include_in_schema = True
-        if router is not None:
-            router.include_in_schema = True
-    with warnings.catch_warnings():  # hidden routes share operation ids across methods
-        warnings.simplefilter("ignore", UserWarning)
-        return get_openapi(title="all", version="0", routes=app.routes)
+        if router is None:
+            continue
+        for item in [router, *(r for r in router.routes if isinstance(r, APIRoute))]:
+            saved.append((item, item.include_in_schema))
+            item.include_in_schema = True
+    try:
+        with warnings.catch_warnings():  # hidden routes share operation ids across methods
+            warnings.simplefilter("ignore", UserWarning)
+            return get_openapi(title="all", version="0", routes=app.routes)
+    finally:
+        for item, flag in saved:
+            item.include_in_schema = flag
 
 
 def resolve(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +62,9 @@ def unbounded(spec: dict[str, Any], schema: dict[str, Any], where: str) -> Itera
         return
     if kind == "string" and "maxLength" not in schema and schema.get("format") != "binary":
         yield f"{where}: string without maxLength"
-    if kind in ("integer", "number") and not ("maximum" in schema and "minimum" in schema):
+    low = "minimum" in schema or "exclusiveMinimum" in schema
+    high = "maximum" in schema or "exclusiveMaximum" in schema
+    if kind in ("integer", "number") and not (low and high):
         yield f"{where}: {kind} without minimum and maximum"
     if kind == "array":
         if "maxItems" not in schema:
@@ -102,8 +110,10 @@ def violations(schema: dict[str, Any]) -> Iterator[str]:
         kind = option.get("type")
         if kind in ("integer", "number"):
             yield "true"
-            yield json.dumps(option["maximum"] + 1 if kind == "integer" else option["maximum"] * 2)
-            yield str(option["minimum"] - 1)
+            top = option.get("maximum", option.get("exclusiveMaximum"))
+            yield json.dumps(top + 1 if kind == "integer" else top * 2)
+            yield json.dumps(option["minimum"] - 1 if "minimum" in option
+                             else option["exclusiveMinimum"])  # fmt: skip
         if kind == "number":
             yield from ("1e999", "-1e999", "Infinity", "NaN")
         if kind == "integer":

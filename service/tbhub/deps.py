@@ -16,6 +16,7 @@ from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionData, SessionSigner, read_session_cookie
+from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX
@@ -36,6 +37,7 @@ class AppContext:
     tracker: AccessTracker
     wake_supervisor: Callable[[], None]
     csrf: CsrfTokens
+    shares: ShareLinkCache
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
 

@@ -11,11 +11,12 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
-from tbhub.api import audit, board_gate, csrf, health, metrics, projects, retention
+from tbhub.api import audit, board_gate, csrf, health, metrics, projects, retention, share_links
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import SessionSigner
+from tbhub.auth.share_links import ShareLinkCache
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import make_engine, make_session_factory
 from tbhub.deps import AppContext
@@ -23,7 +24,7 @@ from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.supervisor.loop import Supervisor
-from tbhub.web import oidc, pages
+from tbhub.web import oidc, pages, share
 
 log = logging.getLogger("tbhub")
 
@@ -42,6 +43,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         tracker=AccessTracker(),
         wake_supervisor=wake,
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
+        shares=ShareLinkCache(factory),
         oidc=oidc_client(settings),
     )
 
@@ -95,9 +97,11 @@ def create_app(
     app.include_router(board_gate.router)
     app.include_router(retention.router)
     app.include_router(audit.router)
+    app.include_router(share_links.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(oidc.router)
+    app.include_router(share.router)
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )

@@ -162,6 +162,22 @@ class TeamRole(Base):
     role: Mapped[Role] = mapped_column(Enum(Role, native_enum=False, length=16))
 
 
+class ShareLink(Base):
+    """A read-only link to one board; only a hash of its token is stored."""
+
+    __tablename__ = "share_links"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            index=True)  # fmt: skip
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    note: Mapped[str | None] = mapped_column(String(255))
+
+
 class Board(Base):
     """One row per project: what should run (desired) and what the supervisor saw (observed)."""
 

@@ -16,6 +16,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
+from tbhub.auth.sessions import read_cookie
+from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.boards import BoardView
 from tbhub.deps import (
     AppContext,
@@ -61,7 +63,24 @@ class Verdict(enum.Enum):
 
 
 def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
-    """The caller's standing towards `project`, and the project id when allowed."""
+    """The caller's standing towards `project`, and the project id when allowed: as the
+    signed-in user, or else through a share link for this very board."""
+    verdict, project_id = _judge_session(request, context, project)
+    if verdict is not Verdict.allowed:
+        grant = _share_grant(request, context)
+        if grant is not None and grant.project == project:
+            return Verdict.allowed, grant.project_id
+    return verdict, project_id
+
+
+def _share_grant(request: Request, context: AppContext) -> ShareGrant | None:
+    token = read_cookie(request.headers.getlist("cookie"), SHARE_COOKIE)
+    return context.shares.lookup(token) if token else None
+
+
+def _judge_session(
+    request: Request, context: AppContext, project: str
+) -> tuple[Verdict, int | None]:
     data = signed_in_session(request, context)
     if data is None:
         return Verdict.anonymous, None

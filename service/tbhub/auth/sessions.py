@@ -78,8 +78,8 @@ class SessionSigner:
         return data
 
 
-def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
-    """The one session cookie in a request's Cookie header(s), or None if there is none.
+def read_cookie(cookie_headers: Iterable[str], name: str) -> str | None:
+    """The one cookie `name` in a request's Cookie header(s), or None if there is none.
 
     Parsers disagree on duplicates: nginx's `$cookie_` takes the first match of any case,
     Starlette the last exact one. Rather than pick a side, a request that carries the name
@@ -89,16 +89,20 @@ def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
     found: list[tuple[str, str]] = []
     for header in cookie_headers:
         for chunk in header.split(";"):
-            name, _, value = chunk.partition("=")
-            name = name.strip()
-            if name.lower() == SESSION_COOKIE:
-                found.append((name, value.strip()))
+            key, _, value = chunk.partition("=")
+            key = key.strip()
+            if key.lower() == name:
+                found.append((key, value.strip()))
     if not found:
         return None
-    if len(found) > 1 or found[0][0] != SESSION_COOKIE:
+    if len(found) > 1 or found[0][0] != name:
         raise AmbiguousSession(
-            f"the request carries more than one {SESSION_COOKIE} cookie (or one spelled in "
-            "another case), which another site may have planted; clear this site's cookies "
-            "in your browser and sign in again"
+            f"the request carries more than one {name} cookie (or one spelled in another "
+            "case), which another site may have planted; clear this site's cookies in your "
+            "browser and sign in again"
         )
     return found[0][1] or None
+
+
+def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
+    return read_cookie(cookie_headers, SESSION_COOKIE)

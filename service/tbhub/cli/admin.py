@@ -11,6 +11,7 @@ from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
+from tbhub.cli import share as share_cli
 from tbhub.cli import teams as teams_cli
 from tbhub.cli.common import (
     JsonOption,
@@ -38,6 +39,7 @@ app.add_typer(retention_cli.trash_app, name="trash")
 app.add_typer(backup_cli.app, name="backup")
 app.add_typer(audit_cli.app, name="audit")
 app.add_typer(teams_cli.app, name="team")
+app.add_typer(share_cli.app, name="share")
 
 ACTOR = "cli"
 

@@ -1,0 +1,61 @@
+"""/api/v1/projects/<p>/share-links: read-only links to a board, managed by its owners."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from tbhub.api.retention import require_owner
+from tbhub.auth import share_links
+from tbhub.bounds import INT32_MAX
+from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, SessionDep
+
+router = APIRouter(prefix="/api/v1", tags=["share links"])
+
+
+class ShareLinkIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    expires_in_hours: float = Field(
+        default=24 * 7, gt=0, le=share_links.MAX_DAYS * 24, allow_inf_nan=False, strict=True,
+        description="How long the link works; at most a year.",
+    )  # fmt: skip
+    note: str | None = Field(default=None, max_length=255, description="Who it is for.")
+
+
+@router.post("/projects/{name}/share-links", status_code=201)
+def create_share_link(
+    name: ProjectInPath, body: ShareLinkIn, user: CurrentUser, session: SessionDep
+) -> dict[str, Any]:
+    """A new link; its URL is shown this once (only a hash of its token is kept)."""
+    require_owner(session, user, name)
+    link, token = share_links.create_link(
+        session, project=name, expires_in=timedelta(hours=body.expires_in_hours),
+        note=body.note, actor=user.name,
+    )  # fmt: skip
+    return {**share_links.describe(link), "url": f"/share/{token}"}
+
+
+@router.get("/projects/{name}/share-links")
+def list_share_links(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    require_owner(session, user, name)
+    return {
+        "links": [share_links.describe(k) for k in share_links.list_links(session, project=name)]
+    }
+
+
+@router.delete("/projects/{name}/share-links/{link_id}", status_code=204)
+def revoke_share_link(
+    name: ProjectInPath,
+    link_id: Annotated[int, Path(ge=1, le=INT32_MAX)],
+    user: CurrentUser,
+    session: SessionDep,
+    context: ContextDep,
+) -> None:
+    """The link stops working at once here, and on the board within ~15 s (caches)."""
+    require_owner(session, user, name)
+    share_links.revoke_link(session, project=name, link_id=link_id, actor=user.name)
+    context.shares.invalidate()

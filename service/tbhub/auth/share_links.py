@@ -1,0 +1,143 @@
+"""Share links: a read-only way into one board for someone outside the project.
+
+The link is `/share/<token>`; only the token's sha256 is stored. Opening it sets the cookie
+`tbhub_share` with `Path=/boards/<project>/`, so the browser sends it to that board only,
+never to the API, the UI or another board; the auth hook accepts it for that board only.
+A revoked or expired link stops working within the cache lifetime here (10 s) plus nginx's
+cache of "let in" answers (5 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub import audit
+from tbhub.errors import InvalidInput, NotFound
+from tbhub.models import Project, ShareLink
+from tbhub.projects import get_project
+
+SHARE_COOKIE = "tbhub_share"
+TOKEN_PREFIX = "tbs_"
+TOKEN_LENGTH = len(TOKEN_PREFIX) + 43  # token_urlsafe(32)
+MAX_DAYS = 365
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_link(
+    session: Session, *, project: str, expires_in: timedelta, note: str | None, actor: str
+) -> tuple[ShareLink, str]:
+    """The new link and its token, which is shown this once and stored only as a hash."""
+    if note is not None and len(note) > 255:
+        raise InvalidInput(f"a note has at most 255 characters, not {len(note)}")
+    row = get_project(session, name=project)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    link = ShareLink(
+        token_hash=token_hash(token),
+        project_id=row.id,
+        created_by=actor,
+        expires_at=datetime.now(UTC) + expires_in,
+        note=note,
+    )
+    session.add(link)
+    session.flush()
+    audit.record(session, actor=actor, action="share.create", target=project, link=link.id,
+                 expires_at=link.expires_at.isoformat())  # fmt: skip
+    return link, token
+
+
+def list_links(session: Session, *, project: str) -> list[ShareLink]:
+    row = get_project(session, name=project)
+    query = select(ShareLink).where(ShareLink.project_id == row.id).order_by(ShareLink.id)
+    return list(session.scalars(query))
+
+
+def revoke_link(session: Session, *, project: str, link_id: int, actor: str) -> ShareLink:
+    row = get_project(session, name=project)
+    link = session.get(ShareLink, link_id)
+    if link is None or link.project_id != row.id:
+        raise NotFound(f"{project} has no share link {link_id}; list them first")
+    if link.revoked_at is None:
+        link.revoked_at = datetime.now(UTC)
+        audit.record(session, actor=actor, action="share.revoke", target=project, link=link_id)
+    session.flush()
+    return link
+
+
+def describe(link: ShareLink, now: datetime | None = None) -> dict[str, object]:
+    now = now or datetime.now(UTC)
+    state = "revoked" if link.revoked_at else ("expired" if link.expires_at <= now else "active")
+    return {
+        "id": link.id,
+        "state": state,
+        "created_by": link.created_by,
+        "created_at": link.created_at.isoformat().replace("+00:00", "Z"),
+        "expires_at": link.expires_at.isoformat().replace("+00:00", "Z"),
+        "note": link.note,
+    }
+
+
+@dataclass(frozen=True)
+class ShareGrant:
+    link_id: int
+    project_id: int
+    project: str
+    expires_at: float  # epoch seconds
+
+
+class ShareLinkCache:
+    """token hash -> the grant it gives (None: none), for `ttl` seconds; the hook's hot path
+    reads no database for a link it has seen lately."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory, self._ttl, self._clock = factory, ttl, clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, ShareGrant | None]] = {}
+
+    def lookup(self, token: str) -> ShareGrant | None:
+        if not token.startswith(TOKEN_PREFIX) or len(token) != TOKEN_LENGTH:
+            return None
+        key, now = token_hash(token), self._clock()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is None or now - hit[0] >= self._ttl:
+            hit = (now, self._load(key))
+            with self._lock:
+                if len(self._entries) > 100_000:
+                    self._entries.clear()
+                self._entries[key] = hit
+        grant = hit[1]
+        return grant if grant is not None and grant.expires_at > time.time() else None
+
+    def _load(self, key: str) -> ShareGrant | None:
+        with self._factory() as session:
+            row = session.execute(
+                select(ShareLink, Project.name)
+                .join(Project, Project.id == ShareLink.project_id)
+                .where(ShareLink.token_hash == key, ShareLink.revoked_at.is_(None))
+            ).first()
+        if row is None:
+            return None
+        link, project = row
+        return ShareGrant(link.id, link.project_id, project, link.expires_at.timestamp())
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries.clear()
