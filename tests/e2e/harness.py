@@ -144,8 +144,12 @@ class TbhubServer:
             self.stop()
         finally:
             for process in board_processes(self.data_dir):
-                label = (INSTANCE_ENV, process.environ().get(INSTANCE_ENV, ""))
-                stop_group(ProcessRef(process.pid, process.create_time()), grace=2, label=label)
+                try:
+                    label = (INSTANCE_ENV, process.environ().get(INSTANCE_ENV, ""))
+                    ref = ProcessRef(process.pid, process.create_time())
+                except psutil.Error:  # gone (or a zombie) since it was listed
+                    continue
+                stop_group(ref, grace=2, label=label)
             master = self.data_dir / "nginx" / "master.json"
             if master.exists():
                 ref = ProcessRef(**json.loads(master.read_text()))

@@ -24,8 +24,16 @@ log = logging.getLogger("tbhub")
 
 
 def safe_next(target: str | None) -> str:
-    """Redirect only to a local path: never to another host (`//evil`, `/\\evil`, `https:`)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Redirect only to a local path: never to another host (`//evil`, `/\\evil`, `https:`).
+    Browsers drop tabs and newlines from URLs ("/<tab>/evil" becomes "//evil"), so any control
+    character or whitespace makes the target refused too."""
+    if (
+        not target
+        or not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+        or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in target)
+    ):
         return "/"
     return target
 
