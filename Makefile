@@ -44,6 +44,7 @@ bench: venv
 	@deploy/install-system-deps.sh bench
 	$(BIN)/python bench/cold_start.py
 	$(BIN)/python bench/warm_throughput.py
+	$(BIN)/python bench/auth_hook.py
 
 clean:
 	rm -rf $(VENV) tbhub-data .demo

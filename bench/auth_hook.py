@@ -1,0 +1,166 @@
+"""The auth hook under load, and the board through nginx with auth versus the board directly.
+
+What it measures, with the board of project `bench` ready and `wrk -t2 -c64 --latency`:
+
+- hook/session: the control plane's `/_auth/board` itself (what nginx calls on a cache miss),
+  with a signed-in session cookie: requests/s, p50 and p99 latency;
+- hook/share: the same with a share-link cookie (`tbhub admin share create`);
+- board/direct: the board's own `/boards/bench/data/environment` (the anchor);
+- board/nginx: the same through nginx, its auth_request hook (answers cached a few
+  seconds) and the proxy; reported as the ratio of medians to direct (target >= 0.95x).
+
+Runs alternate (hook/session, hook/share, board/direct, board/nginx) `--runs` times after
+one short warm-up of each; reported are medians. Any non-2xx answer fails the run.
+
+    .venv/bin/python bench/auth_hook.py [--runs 5] [--duration 10] [--json]
+
+Needs nginx and wrk on PATH; uses loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from _harness import (
+    PROJECT,
+    Tbhub,
+    answers_200,
+    cached_logdir,
+    emit_json,
+    log,
+    median,
+    spawn,
+    temp_dir,
+    wait_for,
+)
+
+CONNECTIONS, THREADS = 64, 2
+PATH = "data/environment"
+TARGET_RATIO = 0.95
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+@dataclass
+class Sample:
+    kind: str
+    index: int
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+
+
+def wrk(url: str, headers: dict[str, str], duration: int, work: Path, label: str) -> Sample:
+    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency"]
+    for name, value in headers.items():
+        command += ["-H", f"{name}: {value}"]
+    log_name = label.replace("/", "_")
+    run = spawn("wrk", [*command, url], log_path=work / f"wrk-{log_name}.log")
+    try:
+        code = run.process.wait(timeout=duration + 60)
+    finally:
+        run.stop()
+    out = run.log_path.read_text(errors="replace")
+    rate = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
+    if code != 0 or rate is None:
+        raise RuntimeError(f"wrk failed (exit {code}):\n{out}")
+
+    def percentile(p: str) -> float:
+        found = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)", out, re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"no {p}% latency in wrk's output:\n{out}")
+        return float(found.group(1)) * UNITS[found.group(2)]
+
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    kind, index = label.rsplit("-", 1)
+    bad = int(non_2xx.group(1)) if non_2xx else 0
+    order = int(index) if index.isdigit() else 0
+    return Sample(kind, order, float(rate.group(1)), percentile("50"), percentile("99"), bad)
+
+
+def measure(repeats: int, duration: int) -> list[Sample]:
+    cached, _ = cached_logdir(runs=3, steps=100, tags=5)
+    samples: list[Sample] = []
+    with temp_dir("tbhub-bench-hook.") as work:
+        storage = work / "storage"
+        shutil.copytree(cached, storage / PROJECT)
+        hub = Tbhub(root=work / "tbhub", storage_root=storage)
+        hub.root.mkdir()
+        try:
+            hub.set_up()
+            hub.start()
+            session = hub.sign_in()
+            share = json.loads(hub.cli("admin", "share", "create", PROJECT, "--json"))["url"]
+            share_token = share.rsplit("/", 1)[1]
+            nginx_url = hub.board_url(PATH)
+            with httpx.Client(timeout=5.0, cookies={"tbhub_session": session}) as client:
+                wait_for(answers_200(client, nginx_url), timeout=180.0,
+                         what="the board through nginx", interval=0.2)  # fmt: skip
+            hook = f"http://127.0.0.1:{hub.api_port}/_auth/board"
+            original = {"X-Tbhub-Original-Uri": f"/boards/{PROJECT}/{PATH}"}
+            targets = {
+                "hook/session": (hook, {**original, "Cookie": f"tbhub_session={session}"}),
+                "hook/share": (hook, {**original, "Cookie": f"tbhub_share={share_token}"}),
+                "board/direct": (f"http://{hub.board_upstream()}/boards/{PROJECT}/{PATH}", {}),
+                "board/nginx": (nginx_url, {"Cookie": f"tbhub_session={session}"}),
+            }
+            for kind, (url, headers) in targets.items():
+                if httpx.get(url, headers=headers, timeout=10).status_code != 200:
+                    raise RuntimeError(f"{kind}: {url} does not answer 200")
+                wrk(url, headers, min(3, duration), work, f"{kind}-warmup")
+            for index in range(1, repeats + 1):
+                for kind, (url, headers) in targets.items():
+                    sample = wrk(url, headers, duration, work, f"{kind}-{index}")
+                    samples.append(sample)
+                    log(f"run {index}/{repeats} {kind:13} {sample.requests_per_s:9.1f} req/s "
+                        f"p50 {sample.p50_ms:6.2f} ms p99 {sample.p99_ms:7.2f} ms "
+                        f"non-2xx {sample.non_2xx}")  # fmt: skip
+        finally:
+            hub.stop()
+    return samples
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.duration < 1:
+        parser.error("--runs and --duration must be >= 1")
+    samples = measure(args.runs, args.duration)
+    summary = {}
+    for kind in ("hook/session", "hook/share", "board/direct", "board/nginx"):
+        mine = [s for s in samples if s.kind == kind]
+        summary[kind] = {
+            "rps": median([s.requests_per_s for s in mine]),
+            "p50_ms": median([s.p50_ms for s in mine]),
+            "p99_ms": median([s.p99_ms for s in mine]),
+        }
+    ratio = summary["board/nginx"]["rps"] / summary["board/direct"]["rps"]
+    ok = all(s.non_2xx == 0 for s in samples)
+    if args.json:
+        emit_json({"benchmark": "auth_hook", "wrk": f"-t{THREADS} -c{CONNECTIONS} "
+                   f"-d{args.duration}s --latency", "samples": [asdict(s) for s in samples],
+                   "medians": summary, "nginx_over_direct": ratio, "target_ratio_min":
+                   TARGET_RATIO, "all_2xx": ok, "n": args.runs})  # fmt: skip
+        return 0 if ok else 1
+    for kind, row in summary.items():
+        print(f"{kind:13} {row['rps']:9.1f} req/s  p50 {row['p50_ms']:6.2f} ms  "
+              f"p99 {row['p99_ms']:7.2f} ms  (median of {args.runs})")  # fmt: skip
+    verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
+    print(f"board through nginx with auth / direct: {ratio:.2f}x (target >= {TARGET_RATIO}: "
+          f"{verdict}); all answers 2xx: {ok}")  # fmt: skip
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
