@@ -283,6 +283,11 @@ class Tbhub:
             except RuntimeError as exc:
                 raise RuntimeError(f"{exc}; its log ends:\n{server.log_tail()}") from None
 
+    def wait_for_zygote(self, timeout: float = 60.0) -> float:
+        """Wait until the board zygote listens (it binds its socket once its imports are done)."""
+        sock = self.data_dir / "zygote" / "zygote.sock"
+        return wait_for(sock.exists, timeout=timeout, what=f"the board zygote to create {sock}")
+
     def stop(self) -> None:
         """SIGTERM to the serve process group (it stops its boards and nginx), then leftovers."""
         try:
@@ -294,7 +299,11 @@ class Tbhub:
     def reap_leftovers(self) -> None:
         """Boards and the nginx master live in their own sessions. If serve died without
         stopping them, stop their groups, found by PID + start time in tbhub's state files."""
-        records = [*self.data_dir.glob("boards/*.json"), self.data_dir / "nginx" / "master.json"]
+        records = [
+            *self.data_dir.glob("boards/*.json"),
+            self.data_dir / "nginx" / "master.json",
+            self.data_dir / "zygote" / "zygote.json",
+        ]
         for record in records:
             try:
                 state = json.loads(record.read_text())

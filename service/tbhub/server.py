@@ -56,6 +56,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
         owner=str(settings.data_dir),
         tensorboard_bin=settings.tensorboard_bin,
         stop_grace=settings.board_stop_grace,
+        zygote_dir=settings.data_dir / "zygote" if settings.board_launcher == "zygote" else None,
     )
     context = build_context(settings)
     supervisor = Supervisor(
@@ -70,7 +71,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     context.wake_supervisor = supervisor.wake
     jobs = start_jobs(settings, context.factory)
     nginx = NginxMaster(settings) if with_nginx else None
-    shutdown_hooks = (jobs.stop, nginx.stop) if nginx is not None else (jobs.stop,)
+    shutdown_hooks = (backend.close, jobs.stop) + ((nginx.stop,) if nginx is not None else ())
     app = create_app(context, supervisor=supervisor, on_shutdown=shutdown_hooks)
     try:
         if nginx is not None:
@@ -86,6 +87,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
             proxy_headers=False,
         )
     finally:
+        backend.close()
         jobs.stop()
         if nginx is not None:
             nginx.stop()

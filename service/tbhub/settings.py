@@ -120,6 +120,13 @@ class Settings(BaseSettings):
         description="Offer local password accounts on the sign-in page. Turn off once OIDC "
         "works; the admin CLI still manages local accounts.",
     )
+    # How boards start (issue 7): forked from a pre-imported zygote, or exec'd one by one.
+    board_launcher: Literal["zygote", "exec"] = Field(
+        default="zygote",
+        description="zygote: fork boards from one process per data dir that has imported "
+        "TensorBoard (a board program that does not run on tbhub's own Python is exec'd); "
+        "exec: start a new process for each board.",
+    )
     # Retention (DESIGN.md decision 10): global defaults, overridable per project.
     retention_max_age_days: float | None = Field(
         default=None,

@@ -155,6 +155,11 @@ class TbhubServer:
                 ref = ProcessRef(**json.loads(master.read_text()))
                 if ref.is_alive():
                     stop_group(ref, grace=2, signals=(signal.SIGQUIT, signal.SIGKILL))
+            zygote = self.data_dir / "zygote" / "zygote.json"
+            if zygote.exists():
+                ref = ProcessRef(**json.loads(zygote.read_text()))
+                if ref.is_alive():
+                    stop_group(ref, grace=2, signals=(signal.SIGTERM, signal.SIGKILL))
 
     # -- users and sessions ---------------------------------------------------------------
 

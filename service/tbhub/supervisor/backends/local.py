@@ -2,7 +2,8 @@
 
 Labels: a state file `<state_dir>/<instance_id>.json` (PID, start time, spec fingerprint,
 port) and the environment variables TBHUB_OWNER / TBHUB_INSTANCE, which let a restarted
-supervisor find processes whose state file was never written.
+supervisor find processes whose state file was never written. A board is exec'd or forked
+from the board zygote (`launch.py`); either way it looks the same from here on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from tbhub.processes import ProcessRef, group_pss_bytes, stop_group
+from tbhub.supervisor.backends.launch import ExecLauncher, Launcher, ZygoteLauncher
 from tbhub.supervisor.plan import BoardSpec, Instance
 
 OWNER_ENV = "TBHUB_OWNER"
@@ -38,6 +40,7 @@ class BoardState:
     create_time: float
     started_at: float
     upstream: str | None = None
+    launcher: str = "exec"  # or "zygote": how the process was started
 
     @property
     def ref(self) -> ProcessRef:
@@ -54,15 +57,34 @@ class BoardState:
         )
 
 
+def new_instance_id(project: str) -> str:
+    return f"{project}-{uuid.uuid4().hex[:8]}"
+
+
 class LocalBackend:
+    """`zygote_dir` set: boards are forked from a zygote living there (exec as a fallback)."""
+
     def __init__(
-        self, *, state_dir: Path, owner: str, tensorboard_bin: str, stop_grace: float
+        self,
+        *,
+        state_dir: Path,
+        owner: str,
+        tensorboard_bin: str,
+        stop_grace: float,
+        zygote_dir: Path | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.owner = owner
         self.tensorboard_bin = tensorboard_bin
         self.stop_grace = stop_grace
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.launcher: Launcher = ExecLauncher()
+        if zygote_dir is not None:
+            longest_project = "x" * 63  # names.PROJECT_SLUG
+            widest = {OWNER_ENV: owner, INSTANCE_ENV: new_instance_id(longest_project)}
+            self.launcher = ZygoteLauncher(
+                directory=zygote_dir, state_dir=state_dir, widest_labels=widest
+            )
         # Children we started ourselves; polling them reaps their zombies.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -79,28 +101,22 @@ class LocalBackend:
         ]  # fmt: skip
 
     def start(self, spec: BoardSpec) -> Instance:
-        instance_id = f"{spec.project}-{uuid.uuid4().hex[:8]}"
-        log_path = self._log_path(instance_id)
-        env = {**os.environ, OWNER_ENV: self.owner, INSTANCE_ENV: instance_id}
-        with open(log_path, "wb") as log:
-            child = subprocess.Popen(
-                self.command(spec),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        self._children[instance_id] = child
-        ref = ProcessRef.of(child.pid)
+        instance_id = new_instance_id(spec.project)
+        launched = self.launcher.launch(
+            self.command(spec),
+            log_path=self._log_path(instance_id),
+            labels={OWNER_ENV: self.owner, INSTANCE_ENV: instance_id},
+        )
+        if launched.child is not None:
+            self._children[instance_id] = launched.child
         state = BoardState(
             instance_id=instance_id,
             project=spec.project,
             fingerprint=spec.fingerprint,
-            pid=ref.pid,
-            create_time=ref.create_time,
+            pid=launched.ref.pid,
+            create_time=launched.ref.create_time,
             started_at=time.time(),
+            launcher=launched.launcher,
         )
         self._write_state(state)
         return state.instance(alive=True)
@@ -112,6 +128,7 @@ class LocalBackend:
         self.forget(instance)
 
     def list_instances(self) -> list[Instance]:
+        self.launcher.maintain()
         for instance_id in list(self._children):
             self._reap_child(instance_id)
         instances = []
@@ -152,6 +169,10 @@ class LocalBackend:
                 stop_group(ref, grace=self.stop_grace, label=(INSTANCE_ENV, instance_id))
                 reaped.append(instance_id)
         return reaped
+
+    def close(self) -> None:
+        """Stop helper processes (the zygote); boards are stopped one by one with stop()."""
+        self.launcher.close()
 
     def log_tail(self, instance: Instance, lines: int = 20) -> str:
         try:

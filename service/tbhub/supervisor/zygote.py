@@ -1,0 +1,409 @@
+"""The board zygote: one process per data dir that has imported TensorBoard and forks boards.
+
+Run as `python -P -m tbhub.supervisor.zygote --dir <data_dir>/zygote --state-dir <boards>`
+by `backends.launch.ZygoteLauncher`. It imports TensorBoard, its plugins and the data server
+binary's location, starts no thread, freezes its objects for the collector (so refcount and
+GC writes in children do not unshare them), then answers on `<dir>/zygote.sock` (mode 0600):
+one JSON line per connection,
+
+    {"argv": [...], "log_path": "<state dir>/<id>.log", "labels": {"TBHUB_OWNER": ..., ...}}
+    -> {"pid": 1234, "create_time": 1760000000.12} or {"error": "..."}
+
+Each board is forked twice (the middle process exits at once, so the board is reparented
+to init and the zygote reaps only the middle process), starts a new session, points stdio
+at its log, takes its labels, and runs the argv the exec launcher would run, in process:
+`python -m <module> ...` or a script such as `tensorboard` whose `#!` names this same
+interpreter, through runpy as the interpreter itself does after an exec. The zygote exits
+when its stdin (a pipe from `tbhub serve`) closes.
+Only stdlib and psutil are imported here besides TensorBoard: nothing that starts threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import random
+import re
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import psutil
+
+SOCKET_NAME = "zygote.sock"
+# The zygote is started with this variable as a placeholder in its environment block; each
+# board overwrites it in place with its labels, since /proc/<pid>/environ shows that block.
+SLOT_ENV = "TBHUB_ZYGOTE_SLOT"
+PAD_ENV = "TBHUB_PAD"
+# Thread pools that native libraries start on import unless told not to (numpy's OpenBLAS).
+SINGLE_THREADED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+MAX_REQUEST_BYTES = 64 * 1024
+REQUEST_TIMEOUT = 5.0
+LOG_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}\.log")
+LABEL_NAME = re.compile(r"TBHUB_[A-Z_]{1,40}")
+PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")
+# Which of SINGLE_THREADED_ENV the zygote set itself (boards remove them again).
+_ADDED_ENV: list[str] = []
+
+
+class RequestError(ValueError):
+    """A request the zygote refuses; the message goes back to the client."""
+
+
+def socket_address(dir_fd: int) -> str:
+    """The socket's path through an open directory fd: AF_UNIX paths are limited to 107
+    bytes, a data dir path is not."""
+    return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}"
+
+
+def slot_width(labels: Mapping[str, str], *, spare: int) -> int:
+    """Characters the placeholder needs so that `labels` (plus `spare` more) fit into it."""
+    entries = sum(len(k) + 1 + len(v) + 1 for k, v in labels.items())
+    return entries + len(PAD_ENV) + 1 + spare
+
+
+# -- in the zygote ----------------------------------------------------------------------------
+
+
+def warm_up() -> str:
+    """Import what every board imports and do the work every board repeats. Returns the
+    TensorBoard version."""
+    from tensorboard import default, main, version  # noqa: F401 - main: the board entry point
+    from tensorboard.compat import tf
+    from tensorboard.data import server_ingester
+
+    default.get_plugins()
+    getattr(tf, "__version__", None)  # resolves the lazy TensorFlow stub once
+    server_ingester.get_server_binary()
+    _memoize_asset_gzip()
+    return str(version.VERSION)
+
+
+def _memoize_asset_gzip() -> None:
+    """Every board unzips and gzips TensorBoard's ~15 MB of web assets at start (~0.3 s of
+    CPU, while its data server is loading). Do both once here: boards read an uncompressed
+    copy of the bundle and look the gzipped result up by the asset's exact bytes, sharing
+    the pages with the zygote."""
+    import io
+    import zipfile
+
+    from tensorboard import assets
+    from tensorboard.plugins.core import core_plugin
+
+    gzip_asset = getattr(core_plugin, "_gzip", None)
+    provider = assets.get_default_assets_zip_provider()
+    if gzip_asset is None or provider is None:  # another TensorBoard: boards do it themselves
+        return
+    gzipped: dict[bytes, bytes] = {}
+    stored = io.BytesIO()
+    with provider() as fp, zipfile.ZipFile(fp) as bundle, zipfile.ZipFile(stored, "w") as copy:
+        for info in bundle.infolist():
+            content = bundle.read(info)
+            copy.writestr(info.filename, content, compress_type=zipfile.ZIP_STORED)
+            gzipped[content] = gzip_asset(content)
+    bundle_bytes = stored.getvalue()
+
+    def memoized(content: bytes) -> bytes:
+        found = gzipped.get(content)
+        return found if found is not None else gzip_asset(content)
+
+    core_plugin._gzip = memoized
+    assets.get_default_assets_zip_provider = lambda: lambda: io.BytesIO(bundle_bytes)
+
+
+def serve(directory: Path, state_dir: Path) -> None:
+    started = time.monotonic()
+    version = warm_up()
+    gc.collect()
+    gc.freeze()  # imported objects stay shared: the collector never writes to them again
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    address = socket_address(dir_fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(address)
+    finally:
+        os.umask(old_umask)
+    listener.listen(64)
+    print(
+        f"zygote {os.getpid()}: TensorBoard {version} imported in "
+        f"{time.monotonic() - started:.2f}s; listening",
+        file=sys.stderr,
+        flush=True,
+    )
+    while True:
+        readable, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            print(f"zygote {os.getpid()}: tbhub serve went away; exiting", file=sys.stderr)
+            return
+        if listener in readable:
+            conn, _ = listener.accept()
+            with conn:
+                answer(conn, listener, state_dir)
+
+
+def answer(conn: socket.socket, listener: socket.socket, state_dir: Path) -> None:
+    try:
+        _check_peer(conn)
+        conn.settimeout(REQUEST_TIMEOUT)
+        request = parse_request(_read_line(conn), state_dir)
+        reply: dict[str, Any] = spawn_board(request, close=(conn, listener))
+    except (RequestError, OSError) as exc:
+        reply = {"error": str(exc)}
+        print(f"zygote: refused a request: {exc}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # the client gave up
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def _check_peer(conn: socket.socket) -> None:
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid != os.getuid():
+        raise RequestError(f"uid {uid} may not start boards")
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > MAX_REQUEST_BYTES:
+            raise RequestError(f"request longer than {MAX_REQUEST_BYTES} bytes")
+    return data.split(b"\n", 1)[0]
+
+
+def parse_request(line: bytes, state_dir: Path) -> dict[str, Any]:
+    """Validate a request: argv strings, a log file in the state dir, TBHUB_* labels."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        raise RequestError("request is not one line of JSON") from None
+    if not isinstance(request, dict) or set(request) != {"argv", "log_path", "labels"}:
+        raise RequestError("request needs exactly argv, log_path and labels")
+    argv, log_path, labels = request["argv"], request["log_path"], request["labels"]
+    if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+        raise RequestError("argv must be a non-empty list of strings")
+    if any("\0" in a for a in argv):
+        raise RequestError("argv may not contain NUL")
+    request["program"] = in_process_program(argv)
+    if request["program"] is None:
+        raise RequestError(f"{argv[0]} does not run on this interpreter; exec it instead")
+    if not isinstance(log_path, str) or Path(log_path).parent != state_dir:
+        raise RequestError(f"log_path must be a file directly in {state_dir}")
+    if not LOG_NAME.fullmatch(Path(log_path).name):
+        raise RequestError("log_path must be named <instance id>.log")
+    if not isinstance(labels, dict) or not labels:
+        raise RequestError("labels must be a non-empty object")
+    for name, value in labels.items():
+        if not LABEL_NAME.fullmatch(name) or not isinstance(value, str) or "\0" in value:
+            raise RequestError(f"bad label {name!r}")
+    return request
+
+
+def spawn_board(request: dict[str, Any], *, close: Sequence[socket.socket]) -> dict[str, Any]:
+    """Fork twice; return the board's PID and start time as the middle process saw them."""
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1 or threading.active_count() != 1:
+        raise RequestError(f"the zygote runs {threads} threads; forking now is unsafe")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    report_r, report_w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            os.close(report_r)
+            board = os.fork()
+            if board == 0:
+                os.close(report_w)
+                become_board(request, close=close)
+            created = psutil.Process(board).create_time()  # before we exit: it cannot be reaped
+            os.write(report_w, json.dumps({"pid": board, "create_time": created}).encode())
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        data = report.read()
+    os.waitpid(middle, 0)
+    if not data:
+        raise RequestError("the board process could not be forked")
+    result: dict[str, Any] = json.loads(data)
+    return result
+
+
+# -- in the board -----------------------------------------------------------------------------
+
+
+def become_board(request: dict[str, Any], *, close: Sequence[socket.socket]) -> NoReturn:
+    """Turn this fresh fork into the board process the exec launcher would have started."""
+    code = 1
+    try:
+        os.setsid()
+        _reset_signals()
+        for sock in close:
+            sock.detach()  # their fds are closed below; the objects must never close them
+        _redirect_stdio(request["log_path"])
+        os.closerange(3, _fd_limit())
+        relabel_environ(request["labels"])
+        random.seed()
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed()
+        gc.enable()
+        code = run_program(request["program"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # the board's log is the place to explain why it died
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # TensorBoard removes its .tensorboard-info file here
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A program this interpreter runs: `python -m <target> args` or `<target script> args`."""
+
+    kind: Literal["module", "script"]
+    target: str
+    args: tuple[str, ...]
+
+
+def in_process_program(argv: Sequence[str]) -> Program | None:
+    """How argv would run if it runs on this very interpreter (this venv's python by path,
+    or a script whose `#!` line names it), else None: such argv can be forked, not others."""
+    if len(argv) >= 3 and _is_this_python(argv[0]) and argv[1] == "-m":
+        return Program("module", argv[2], tuple(argv[3:]))
+    if argv and _is_this_python(_shebang(argv[0])):
+        return Program("script", argv[0], tuple(argv[1:]))
+    return None
+
+
+def run_program(program: Program) -> int:
+    """Run the program in this process as the interpreter would after an exec."""
+    if program.kind == "module":
+        sys.argv = ["-m", *program.args]  # run_module puts the module's path first
+        sys.path.insert(0, "")  # `python -m` puts the working directory first
+        runpy.run_module(program.target, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [program.target, *program.args]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(program.target)))
+        runpy.run_path(program.target, run_name="__main__")
+    return 0
+
+
+def _is_this_python(path: str | None) -> bool:
+    """The same interpreter in the same environment: the venv's bin dir, a python name."""
+    if not path or not PYTHON_NAME.fullmatch(os.path.basename(path)):
+        return False
+    here = os.path.dirname(sys.executable)
+    try:
+        return os.path.samefile(os.path.dirname(path), here)
+    except OSError:
+        return False
+
+
+def _shebang(path: str) -> str | None:
+    """The interpreter of a `#!/path/to/python` script with no arguments on that line."""
+    try:
+        with open(path, "rb") as script:
+            first = script.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].split()
+    return os.fsdecode(words[0]) if len(words) == 1 else None
+
+
+def _reset_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # likewise
+
+
+def _redirect_stdio(log_path: str) -> None:
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(devnull)
+
+
+def _fd_limit() -> int:
+    return int(os.sysconf("SC_OPEN_MAX"))
+
+
+def relabel_environ(labels: Mapping[str, str]) -> None:
+    """Give this process the environment labels an exec'd board has.
+
+    os.environ serves the data server TensorBoard spawns. The process's own labels must show
+    in /proc/<pid>/environ, which is the environment block the zygote was exec'd with, so the
+    placeholder entry SLOT_ENV in that block is overwritten in place by the labels and a
+    padding variable, NUL-separated, keeping its length.
+    """
+    os.environ.pop(SLOT_ENV, None)
+    for name in _ADDED_ENV:
+        os.environ.pop(name, None)
+    os.environ.update(labels)
+    start, end = _environ_bounds()
+    block = ctypes.string_at(start, end - start)
+    entry = SLOT_ENV.encode() + b"="
+    offset = (b"\0" + block).find(b"\0" + entry)  # where the entry starts in block
+    if offset < 0:
+        raise RuntimeError(f"{SLOT_ENV} is not in the environment block; cannot label the board")
+    width = block.index(b"\0", offset) - offset
+    labelled = b"\0".join(f"{k}={v}".encode() for k, v in labels.items())
+    padding = width - len(labelled) - len(f"\0{PAD_ENV}=")
+    if padding < 0:
+        raise RuntimeError(f"the labels need {width - padding} bytes; {SLOT_ENV} holds {width}")
+    ctypes.memmove(start + offset, labelled + f"\0{PAD_ENV}=".encode() + b"x" * padding, width)
+
+
+def _environ_bounds() -> tuple[int, int]:
+    """env_start and env_end of this process (fields 50 and 51 of /proc/self/stat)."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[47]), int(fields[48])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tbhub.supervisor.zygote")
+    parser.add_argument("--dir", type=Path, required=True, help="where the socket lives")
+    parser.add_argument("--state-dir", type=Path, required=True, help="board state and logs")
+    args = parser.parse_args(argv)
+    # Before anything imports numpy; boards drop what was added here (relabel_environ).
+    _ADDED_ENV[:] = [name for name in SINGLE_THREADED_ENV if name not in os.environ]
+    os.environ.update({name: SINGLE_THREADED_ENV[name] for name in _ADDED_ENV})
+    serve(args.dir.absolute(), args.state_dir.absolute())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
