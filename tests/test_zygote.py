@@ -9,12 +9,14 @@ import signal
 import socket
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+import tensorboard
 
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
@@ -78,6 +80,21 @@ def runs_of(instance: Instance) -> list[str]:
     return sorted(httpx.get(url, timeout=5).json())
 
 
+def assert_web_assets_served(board: Instance) -> None:
+    """The page and a script come out as TensorBoard's bundle holds them (the zygote
+    prepared them once for every board)."""
+    with zipfile.ZipFile(Path(tensorboard.__file__).with_name("webfiles.zip")) as bundle:
+        script = bundle.read("index.js")
+    prefix = f"http://{board.upstream}/boards/{board.project}"
+    index = httpx.get(f"{prefix}/", timeout=5)
+    assert index.status_code == 200
+    assert index.text.startswith('<!doctype html><meta name="tb-relative-root" content="./">')
+    assert "<tb-webapp>" in index.text
+    asset = httpx.get(f"{prefix}/index.js", timeout=5)
+    assert asset.headers["content-encoding"] == "gzip"
+    assert asset.content == script  # httpx decodes the gzip
+
+
 def leader(backend: LocalBackend, instance: Instance) -> ProcessRef:
     state = backend._read_state(instance.instance_id)
     assert state is not None
@@ -111,6 +128,7 @@ def test_forked_board_serves_runs_and_looks_like_an_exec_board(
         assert zygote.SLOT_ENV not in environ
     assert process.rlimit(psutil.RLIMIT_NOFILE) == resource.getrlimit(resource.RLIMIT_NOFILE)
     assert "TensorBoard" in backend.log_tail(board)
+    assert_web_assets_served(board)
 
     backend.stop(board)
     assert backend.list_instances() == []

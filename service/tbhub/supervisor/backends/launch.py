@@ -156,7 +156,7 @@ class ZygoteLauncher:
         self.state_path.unlink(missing_ok=True)
         dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone already, or something else by that name
                 os.unlink(zygote.SOCKET_NAME, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
