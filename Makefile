@@ -43,6 +43,7 @@ fmt: venv
 bench: venv
 	@deploy/install-system-deps.sh bench
 	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/board_memory.py
 	$(BIN)/python bench/warm_throughput.py
 	$(BIN)/python bench/auth_hook.py
 
