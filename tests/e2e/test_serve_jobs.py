@@ -28,7 +28,9 @@ def test_serve_backs_up_soon_after_storage_changes_and_reports_it(
         return None
 
     def backed_up() -> list[object]:
-        return list(target.glob("*/vision/run-00/events.out.tfevents.*"))
+        """Files in complete snapshots (a `<name>.partial/` one is renamed when done)."""
+        files = target.glob("*/vision/run-00/events.out.tfevents.*")
+        return [f for f in files if not f.relative_to(target).parts[0].endswith(".partial")]
 
     copied = wait_until(backed_up, timeout=60, what="a backup triggered by the new run")
     assert isinstance(copied, list) and len(copied) == 1
