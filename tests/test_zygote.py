@@ -258,3 +258,32 @@ def test_a_program_for_another_interpreter_is_execd(
     state = backend._read_state(started.instance_id)
     assert state is not None and state.launcher == "exec"
     assert psutil.Process(state.pid).ppid() == os.getpid()
+
+
+def test_a_python_dash_m_program_is_forked_like_a_script(
+    backend: LocalBackend, storage: str, tmp_path: Path
+) -> None:
+    """`<this python> -m module args` runs in the fork as `python -m` would run it."""
+    argv = [
+        sys.executable, "-m", "tensorboard.main",
+        "--logdir", str(Path(storage) / "vision"), "--load_fast=true", "--host", "127.0.0.1",
+        "--port", "0",
+    ]  # fmt: skip
+    log_path = tmp_path / "boards" / "m-1.log"
+    launched = launcher(backend).launch(
+        argv, log_path=log_path, labels={OWNER_ENV: str(tmp_path), INSTANCE_ENV: "m-1"}
+    )
+    try:
+        assert launched.launcher == "zygote"
+        deadline = time.monotonic() + 60
+        while "TensorBoard 2" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        port = log_path.read_text().split("http://127.0.0.1:")[1].split("/")[0]
+        url = f"http://127.0.0.1:{port}/data/runs"
+        while sorted(httpx.get(url, timeout=5).json()) != ["run-00", "run-01"]:
+            assert time.monotonic() < deadline, "the runs were never listed"
+            time.sleep(0.05)
+        assert psutil.Process(launched.ref.pid).environ()[INSTANCE_ENV] == "m-1"
+    finally:
+        stop_group(launched.ref, grace=3)
