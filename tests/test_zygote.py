@@ -20,7 +20,7 @@ import tensorboard
 
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
-from tbhub.supervisor import zygote
+from tbhub.supervisor import forked_board, zygote
 from tbhub.supervisor.backends.launch import ZygoteLauncher
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV, LocalBackend
 from tbhub.supervisor.loop import board_spec, probe_ready
@@ -125,7 +125,7 @@ def test_forked_board_serves_runs_and_looks_like_an_exec_board(
         environ = member.environ()
         assert environ[OWNER_ENV] == str(tmp_path)
         assert environ[INSTANCE_ENV] == board.instance_id
-        assert zygote.SLOT_ENV not in environ
+        assert forked_board.SLOT_ENV not in environ
     assert process.rlimit(psutil.RLIMIT_NOFILE) == resource.getrlimit(resource.RLIMIT_NOFILE)
     assert "TensorBoard" in backend.log_tail(board)
     assert_web_assets_served(board)
@@ -232,16 +232,15 @@ def test_only_programs_of_this_interpreter_are_forked(tmp_path: Path) -> None:
     script = write_script(tmp_path / "board", "print('hi')\n")  # #!<this python>
     other = tmp_path / "other"
     other.write_text("#!/usr/bin/env python3\nprint('hi')\n")
-    assert zygote.in_process_program([str(here), "-m", "pkg.mod", "--x"]) == zygote.Program(
+    program = forked_board.in_process_program
+    assert program([str(here), "-m", "pkg.mod", "--x"]) == forked_board.Program(
         "module", "pkg.mod", ("--x",)
     )
-    assert zygote.in_process_program([str(script), "a"]) == zygote.Program(
-        "script", str(script), ("a",)
-    )
-    assert zygote.in_process_program([TENSORBOARD, "--logdir", "x"]) is not None
-    assert zygote.in_process_program([str(here), "-u", "-m", "pkg.mod"]) is None
-    assert zygote.in_process_program([str(other)]) is None
-    assert zygote.in_process_program(["/bin/sleep", "1"]) is None
+    assert program([str(script), "a"]) == forked_board.Program("script", str(script), ("a",))
+    assert program([TENSORBOARD, "--logdir", "x"]) is not None
+    assert program([str(here), "-u", "-m", "pkg.mod"]) is None
+    assert program([str(other)]) is None
+    assert program(["/bin/sleep", "1"]) is None
 
 
 def test_a_program_for_another_interpreter_is_execd(

@@ -21,7 +21,6 @@ Only stdlib and psutil are imported here besides TensorBoard: nothing that start
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import ctypes
 import functools
@@ -30,36 +29,29 @@ import importlib
 import inspect
 import json
 import os
-import random
 import re
-import runpy
 import select
-import signal
 import socket
 import struct
 import sys
 import threading
 import time
 import types
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any
 
 import psutil
 
+from tbhub.supervisor.forked_board import become_board, in_process_program
+
 SOCKET_NAME = "zygote.sock"
-# The zygote is started with this variable as a placeholder in its environment block; each
-# board overwrites it in place with its labels, since /proc/<pid>/environ shows that block.
-SLOT_ENV = "TBHUB_ZYGOTE_SLOT"
-PAD_ENV = "TBHUB_PAD"
 # Thread pools that native libraries start on import unless told not to (numpy's OpenBLAS).
 SINGLE_THREADED_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 MAX_REQUEST_BYTES = 64 * 1024
 REQUEST_TIMEOUT = 5.0
 LOG_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}\.log")
 LABEL_NAME = re.compile(r"TBHUB_[A-Z_]{1,40}")
-PYTHON_NAME = re.compile(r"python(3(\.\d+)?)?")
 # What a board imports besides the plugins (found by listing sys.modules in a fresh board).
 BOARD_MODULES = (
     "tensorboard.main",
@@ -85,12 +77,6 @@ def socket_address(dir_fd: int) -> str:
     """The socket's path through an open directory fd: AF_UNIX paths are limited to 107
     bytes, a data dir path is not."""
     return f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}"
-
-
-def slot_width(labels: Mapping[str, str], *, spare: int) -> int:
-    """Characters the placeholder needs so that `labels` (plus `spare` more) fit into it."""
-    entries = sum(len(k) + 1 + len(v) + 1 for k, v in labels.items())
-    return entries + len(PAD_ENV) + 1 + spare
 
 
 # -- in the zygote ----------------------------------------------------------------------------
@@ -266,7 +252,7 @@ def spawn_board(request: dict[str, Any], *, close: Sequence[socket.socket]) -> d
             board = os.fork()
             if board == 0:
                 os.close(report_w)
-                become_board(request, close=close)
+                become_board(request, close=close, drop_env=_ADDED_ENV)
             created = psutil.Process(board).create_time()  # before we exit: it cannot be reaped
             os.write(report_w, json.dumps({"pid": board, "create_time": created}).encode())
         finally:
@@ -279,152 +265,6 @@ def spawn_board(request: dict[str, Any], *, close: Sequence[socket.socket]) -> d
         raise RequestError("the board process could not be forked")
     result: dict[str, Any] = json.loads(data)
     return result
-
-
-# -- in the board -----------------------------------------------------------------------------
-
-
-def become_board(request: dict[str, Any], *, close: Sequence[socket.socket]) -> NoReturn:
-    """Turn this fresh fork into the board process the exec launcher would have started."""
-    code = 1
-    try:
-        os.setsid()
-        _reset_signals()
-        for sock in close:
-            sock.detach()  # their fds are closed below; the objects must never close them
-        _redirect_stdio(request["log_path"])
-        os.closerange(3, _fd_limit())
-        relabel_environ(request["labels"])
-        random.seed()
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            numpy.random.seed()
-        gc.enable()
-        code = run_program(request["program"])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # the board's log is the place to explain why it died
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        try:
-            atexit._run_exitfuncs()  # TensorBoard removes its .tensorboard-info file here
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-@dataclass(frozen=True)
-class Program:
-    """A program this interpreter runs: `python -m <target> args` or `<target script> args`."""
-
-    kind: Literal["module", "script"]
-    target: str
-    args: tuple[str, ...]
-
-
-def in_process_program(argv: Sequence[str]) -> Program | None:
-    """How argv would run if it runs on this very interpreter (this venv's python by path,
-    or a script whose `#!` line names it), else None: such argv can be forked, not others."""
-    if len(argv) >= 3 and _is_this_python(argv[0]) and argv[1] == "-m":
-        return Program("module", argv[2], tuple(argv[3:]))
-    if argv and _is_this_python(_shebang(argv[0])):
-        return Program("script", argv[0], tuple(argv[1:]))
-    return None
-
-
-def run_program(program: Program) -> int:
-    """Run the program in this process as the interpreter would after an exec."""
-    if program.kind == "module":
-        sys.argv = ["-m", *program.args]  # run_module puts the module's path first
-        sys.path.insert(0, "")  # `python -m` puts the working directory first
-        runpy.run_module(program.target, run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = [program.target, *program.args]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(program.target)))
-        runpy.run_path(program.target, run_name="__main__")
-    return 0
-
-
-def _is_this_python(path: str | None) -> bool:
-    """The same interpreter in the same environment: the venv's bin dir, a python name."""
-    if not path or not PYTHON_NAME.fullmatch(os.path.basename(path)):
-        return False
-    here = os.path.dirname(sys.executable)
-    try:
-        return os.path.samefile(os.path.dirname(path), here)
-    except OSError:
-        return False
-
-
-def _shebang(path: str) -> str | None:
-    """The interpreter of a `#!/path/to/python` script with no arguments on that line."""
-    try:
-        with open(path, "rb") as script:
-            first = script.readline(512)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].split()
-    return os.fsdecode(words[0]) if len(words) == 1 else None
-
-
-def _reset_signals() -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # likewise
-
-
-def _redirect_stdio(log_path: str) -> None:
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(devnull)
-
-
-def _fd_limit() -> int:
-    return int(os.sysconf("SC_OPEN_MAX"))
-
-
-def relabel_environ(labels: Mapping[str, str]) -> None:
-    """Give this process the environment labels an exec'd board has.
-
-    os.environ serves the data server TensorBoard spawns. The process's own labels must show
-    in /proc/<pid>/environ, which is the environment block the zygote was exec'd with, so the
-    placeholder entry SLOT_ENV in that block is overwritten in place by the labels and a
-    padding variable, NUL-separated, keeping its length.
-    """
-    os.environ.pop(SLOT_ENV, None)
-    for name in _ADDED_ENV:
-        os.environ.pop(name, None)
-    os.environ.update(labels)
-    start, end = _environ_bounds()
-    block = ctypes.string_at(start, end - start)
-    entry = SLOT_ENV.encode() + b"="
-    offset = (b"\0" + block).find(b"\0" + entry)  # where the entry starts in block
-    if offset < 0:
-        raise RuntimeError(f"{SLOT_ENV} is not in the environment block; cannot label the board")
-    width = block.index(b"\0", offset) - offset
-    labelled = b"\0".join(f"{k}={v}".encode() for k, v in labels.items())
-    padding = width - len(labelled) - len(f"\0{PAD_ENV}=")
-    if padding < 0:
-        raise RuntimeError(f"the labels need {width - padding} bytes; {SLOT_ENV} holds {width}")
-    ctypes.memmove(start + offset, labelled + f"\0{PAD_ENV}=".encode() + b"x" * padding, width)
-
-
-def _environ_bounds() -> tuple[int, int]:
-    """env_start and env_end of this process (fields 50 and 51 of /proc/self/stat)."""
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    return int(fields[47]), int(fields[48])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

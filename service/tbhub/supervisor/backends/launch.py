@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tbhub.processes import ProcessRef, stop_group
-from tbhub.supervisor import zygote
+from tbhub.supervisor import forked_board, zygote
 
 log = logging.getLogger("tbhub.supervisor")
 
@@ -91,7 +91,7 @@ class ZygoteLauncher:
     """Runs the zygote for one data dir and asks it for boards.
 
     `widest_labels` are the longest labels a board will carry; the zygote's environment
-    block reserves room for them (see zygote.relabel_environ).
+    block reserves room for them (see forked_board.relabel_environ).
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class ZygoteLauncher:
     ) -> None:
         self.directory = directory
         self.state_dir = state_dir
-        self.slot_width = zygote.slot_width(widest_labels, spare=64)
+        self.slot_width = forked_board.slot_width(widest_labels, spare=64)
         self.ready_timeout = ready_timeout
         self.fallback = ExecLauncher()
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ class ZygoteLauncher:
             sys.executable, "-P", "-m", "tbhub.supervisor.zygote",
             "--dir", str(self.directory), "--state-dir", str(self.state_dir),
         ]  # fmt: skip
-        env = {**os.environ, zygote.SLOT_ENV: "x" * self.slot_width}
+        env = {**os.environ, forked_board.SLOT_ENV: "x" * self.slot_width}
         with open(self.log_path, "wb") as log_file:
             process = subprocess.Popen(
                 command,
