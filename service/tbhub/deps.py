@@ -8,18 +8,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Request, Response
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import SessionData, SessionSigner, read_session_cookie
+from tbhub.auth.sessions import SESSION_COOKIE, SessionData, SessionSigner, read_session_cookie
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
 from tbhub.boards import AccessTracker, BoardDirectory
-from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX
+from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
 from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
 from tbhub.models import User
@@ -106,4 +106,17 @@ CurrentUser = Annotated[User, Depends(get_current_user)]
 
 # Path parameters, bounded like the columns they are looked up in.
 ProjectInPath = Annotated[str, Path(min_length=1, max_length=PROJECT_NAME_MAX)]
+UserNameInPath = Annotated[str, Path(min_length=1, max_length=USER_NAME_MAX)]
 RunPathInPath = Annotated[str, Path(min_length=1, max_length=RUN_PATH_MAX)]
+
+
+def set_session_cookie(response: Response, context: AppContext, user: User) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        context.signer.issue(user.id, epoch=user.session_epoch),
+        max_age=context.settings.session_max_age,
+        httponly=True,
+        samesite="lax",
+        secure=context.settings.public_url.startswith("https://"),
+        path="/",
+    )

@@ -11,7 +11,18 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
-from tbhub.api import audit, board_gate, csrf, health, metrics, projects, retention, share_links
+from tbhub.api import (
+    audit,
+    board_gate,
+    csrf,
+    health,
+    members,
+    metrics,
+    projects,
+    retention,
+    share_links,
+    users,
+)
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
@@ -98,6 +109,8 @@ def create_app(
     app.include_router(retention.router)
     app.include_router(audit.router)
     app.include_router(share_links.router)
+    app.include_router(members.router)
+    app.include_router(users.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(oidc.router)

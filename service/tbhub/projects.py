@@ -82,3 +82,26 @@ def visible_projects(session: Session, *, user: User) -> list[tuple[Project, Rol
 
 def list_projects(session: Session) -> list[Project]:
     return list(session.scalars(select(Project).order_by(Project.name)))
+
+
+def remove_membership(session: Session, *, project: str, user: str, actor: str) -> None:
+    """Take a user's own role in a project away (roles through teams stay)."""
+    project_row = get_project(session, name=project)
+    user_row = get_user(session, name=user)
+    membership = session.get(Membership, (user_row.id, project_row.id))
+    if membership is None:
+        raise NotFound(f"{user} is not a member of {project} (a team may give them a role)")
+    session.delete(membership)
+    audit.record(session, actor=actor, action="project.member.remove", target=project, user=user)
+    session.flush()
+
+
+def list_members(session: Session, *, project: str) -> list[dict[str, str]]:
+    project_row = get_project(session, name=project)
+    rows = session.execute(
+        select(User.name, Membership.role)
+        .join(Membership, Membership.user_id == User.id)
+        .where(Membership.project_id == project_row.id)
+        .order_by(User.name)
+    )
+    return [{"user": name, "role": role.value} for name, role in rows]

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from tbhub import audit
 from tbhub.auth.oidc import Identity
 from tbhub.auth.passwords import hash_password, verify_password
-from tbhub.errors import AlreadyExists, NotAuthenticated, NotFound
+from tbhub.errors import AlreadyExists, Forbidden, NotAuthenticated, NotFound
 from tbhub.models import User
 from tbhub.names import check_user_name
 
@@ -126,5 +126,31 @@ def set_password(session: Session, *, name: str, password: str, actor: str) -> U
     user.password_hash = hash_password(password)
     user.session_epoch += 1
     audit.record(session, actor=actor, action="user.password", target=name)
+    session.flush()
+    return user
+
+
+def delete_user(session: Session, *, name: str, actor: str) -> None:
+    """Delete an account: its memberships and team places go, its runs and the audit log's
+    record of what it did stay. The last enabled admin cannot be deleted."""
+    user = get_user(session, name=name)
+    if user.is_admin and not user.disabled:
+        admins = session.scalars(
+            select(User.id).where(User.is_admin.is_(True), User.disabled.is_(False))
+        ).all()
+        if len(admins) == 1:
+            raise Forbidden(
+                f"{name} is the last enabled admin; make another admin first, or nobody "
+                "could manage this tbhub"
+            )
+    session.delete(user)
+    audit.record(session, actor=actor, action="user.delete", target=name)
+    session.flush()
+
+
+def set_admin(session: Session, *, name: str, is_admin: bool, actor: str) -> User:
+    user = get_user(session, name=name)
+    user.is_admin = is_admin
+    audit.record(session, actor=actor, action="user.admin", target=name, is_admin=is_admin)
     session.flush()
     return user

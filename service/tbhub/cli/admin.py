@@ -22,8 +22,21 @@ from tbhub.cli.common import (
     runtime_settings,
 )
 from tbhub.errors import InvalidInput
-from tbhub.projects import create_project, list_projects, parse_role, set_membership
-from tbhub.users import create_user, end_sessions, list_users, set_disabled, set_password
+from tbhub.projects import (
+    create_project,
+    list_projects,
+    parse_role,
+    remove_membership,
+    set_membership,
+)
+from tbhub.users import (
+    create_user,
+    delete_user,
+    end_sessions,
+    list_users,
+    set_disabled,
+    set_password,
+)
 
 app = typer.Typer(
     help="Operator commands: users, teams, projects, boards, retention, trash, backup, audit.",
@@ -112,6 +125,16 @@ def user_enable(name: str, as_json: bool = JsonOption) -> None:
     _set_disabled(name, False, as_json)
 
 
+@user_app.command("delete")
+@handle_errors
+def user_delete(name: str, as_json: bool = JsonOption) -> None:
+    """Delete an account: its memberships go; its runs and the audit log stay."""
+    with db_session(runtime_settings()) as session:
+        delete_user(session, name=name, actor=ACTOR)
+    emit({"name": name, "deleted": True}, as_json=as_json,
+         human=lambda: out_console.print(f"deleted {name}", highlight=False))  # fmt: skip
+
+
 @user_app.command("sign-out-everywhere")
 @handle_errors
 def user_sign_out_everywhere(name: str, as_json: bool = JsonOption) -> None:
@@ -182,6 +205,16 @@ def project_add_member(
         as_json=as_json,
         human=lambda: out_console.print(f"{user} is now {parsed.value} of {project}"),
     )
+
+
+@project_app.command("remove-member")
+@handle_errors
+def project_remove_member(project: str, user: str, as_json: bool = JsonOption) -> None:
+    """Take a user's own role in a project away (roles through teams stay)."""
+    with db_session(runtime_settings()) as session:
+        remove_membership(session, project=project, user=user, actor=ACTOR)
+    emit({"project": project, "user": user, "removed": True}, as_json=as_json,
+         human=lambda: out_console.print(f"{user} is no member of {project} now"))  # fmt: skip
 
 
 @project_app.command("list")

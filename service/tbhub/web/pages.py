@@ -12,7 +12,14 @@ from tbhub import audit
 from tbhub.auth.csrf import CSRF_COOKIE, binding_of, new_nonce
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
-from tbhub.deps import AppContext, ContextDep, OptionalUser, SessionDep, client_address
+from tbhub.deps import (
+    AppContext,
+    ContextDep,
+    OptionalUser,
+    SessionDep,
+    client_address,
+    set_session_cookie,
+)
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.models import User
 from tbhub.projects import visible_projects
@@ -129,15 +136,7 @@ def login(
 def signed_in_redirect(context: AppContext, user: User, target: str) -> Response:
     """The answer to a successful sign-in, by password or OIDC: the session cookie, and on."""
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        context.signer.issue(user.id, epoch=user.session_epoch),
-        max_age=context.settings.session_max_age,
-        httponly=True,
-        samesite="lax",
-        secure=context.settings.public_url.startswith("https://"),
-        path="/",
-    )
+    set_session_cookie(response, context, user)
     return response
 
 

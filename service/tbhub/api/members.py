@@ -1,0 +1,78 @@
+"""/api/v1/projects/<p>/members and /teams: who has which role, managed by owners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict
+
+from tbhub import teams
+from tbhub.api.retention import require_owner
+from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, SessionDep, UserNameInPath
+from tbhub.models import Role
+from tbhub.projects import list_members, remove_membership, set_membership
+
+router = APIRouter(prefix="/api/v1", tags=["members"])
+
+
+class RoleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+
+
+@router.get("/projects/{name}/members")
+def get_members(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    """The project's own members and the teams with a role in it."""
+    require_owner(session, user, name)
+    team_roles = [
+        {"team": t["name"], "role": t["roles"][name]}  # type: ignore[index]
+        for t in teams.list_teams(session)
+        if name in t["roles"]  # type: ignore[operator]
+    ]
+    return {"members": list_members(session, project=name), "teams": team_roles}
+
+
+@router.put("/projects/{name}/members/{member}")
+def put_member(
+    name: ProjectInPath, member: UserNameInPath, body: RoleIn, user: CurrentUser,
+    session: SessionDep, context: ContextDep,
+) -> dict[str, str]:  # fmt: skip
+    """Add a member, or change their role."""
+    require_owner(session, user, name)
+    set_membership(session, project=name, user=member, role=body.role, actor=user.name)
+    context.access.invalidate()
+    return {"user": member, "role": body.role.value}
+
+
+@router.delete("/projects/{name}/members/{member}", status_code=204)
+def delete_member(
+    name: ProjectInPath, member: UserNameInPath, user: CurrentUser, session: SessionDep,
+    context: ContextDep,
+) -> None:  # fmt: skip
+    require_owner(session, user, name)
+    remove_membership(session, project=name, user=member, actor=user.name)
+    context.access.invalidate()
+
+
+@router.put("/projects/{name}/teams/{team}")
+def put_team(
+    name: ProjectInPath, team: UserNameInPath, body: RoleIn, user: CurrentUser,
+    session: SessionDep, context: ContextDep,
+) -> dict[str, str]:  # fmt: skip
+    """Give a team a role in the project, or change it."""
+    require_owner(session, user, name)
+    teams.grant(session, project=name, team=team, role=body.role, actor=user.name)
+    context.access.invalidate()
+    return {"team": team, "role": body.role.value}
+
+
+@router.delete("/projects/{name}/teams/{team}", status_code=204)
+def delete_team_role(
+    name: ProjectInPath, team: UserNameInPath, user: CurrentUser, session: SessionDep,
+    context: ContextDep,
+) -> None:  # fmt: skip
+    require_owner(session, user, name)
+    teams.revoke(session, project=name, team=team, actor=user.name)
+    context.access.invalidate()

@@ -1,0 +1,108 @@
+"""/api/v1/users (instance admins) and /api/v1/me (everyone, for themselves): the account
+lifecycle over the API, as `tbhub admin user ...` does it in the CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from tbhub import users
+from tbhub.auth.passwords import verify_password
+from tbhub.bounds import PASSWORD_MAX
+from tbhub.deps import ContextDep, CurrentUser, SessionDep, UserNameInPath, set_session_cookie
+from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated
+from tbhub.models import User
+
+router = APIRouter(prefix="/api/v1", tags=["users"])
+
+
+def require_admin(user: User) -> None:
+    if not user.is_admin:
+        raise Forbidden("only instance admins manage accounts")
+
+
+def describe(user: User) -> dict[str, Any]:
+    return {"name": user.name, "is_admin": user.is_admin, "disabled": user.disabled,
+            "email": user.email, "oidc": user.oidc_subject is not None}  # fmt: skip
+
+
+class UserPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    disabled: bool | None = None
+    is_admin: bool | None = None
+
+
+class PasswordChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    current_password: str = Field(max_length=PASSWORD_MAX)
+    new_password: str = Field(max_length=PASSWORD_MAX)
+
+
+@router.get("/users")
+def list_users(user: CurrentUser, session: SessionDep) -> dict[str, Any]:
+    require_admin(user)
+    return {"users": [describe(u) for u in users.list_users(session)]}
+
+
+@router.patch("/users/{name}")
+def patch_user(
+    name: UserNameInPath, body: UserPatch, user: CurrentUser, session: SessionDep,
+    context: ContextDep,
+) -> dict[str, Any]:  # fmt: skip
+    """Disable or enable an account (its sessions end at once), or make it an admin."""
+    require_admin(user)
+    if body.disabled is not None:
+        users.set_disabled(session, name=name, disabled=body.disabled, actor=user.name)
+    if body.is_admin is not None:
+        users.set_admin(session, name=name, is_admin=body.is_admin, actor=user.name)
+    context.access.invalidate()
+    return describe(users.get_user(session, name=name))
+
+
+@router.delete("/users/{name}", status_code=204)
+def delete_user(
+    name: UserNameInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> None:
+    """Delete an account; its runs stay (they are files of their projects)."""
+    require_admin(user)
+    users.delete_user(session, name=name, actor=user.name)
+    context.access.invalidate()
+
+
+@router.post("/users/{name}/sign-out-everywhere", status_code=204)
+def end_user_sessions(
+    name: UserNameInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> None:
+    require_admin(user)
+    users.end_sessions(session, name=name, actor=user.name)
+    context.access.invalidate()
+
+
+@router.post("/me/sign-out-everywhere", status_code=204)
+def end_my_sessions(user: CurrentUser, session: SessionDep, context: ContextDep) -> Response:
+    """Every session of yours ends, this one included."""
+    users.end_sessions(session, name=user.name, actor=user.name)
+    context.access.invalidate()
+    return Response(status_code=204)
+
+
+@router.post("/me/password")
+def change_my_password(
+    body: PasswordChange, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> Response:
+    """Change your local password. Every other session of yours ends; this browser gets a
+    new session cookie."""
+    if user.password_hash is None:
+        raise InvalidInput("this account signs in with your organisation's identity provider")
+    if not verify_password(user.password_hash, body.current_password):
+        raise NotAuthenticated("the current password is wrong; type it again")
+    users.set_password(session, name=user.name, password=body.new_password, actor=user.name)
+    context.access.invalidate()
+    response = JSONResponse({"name": user.name, "password_changed": True})
+    set_session_cookie(response, context, user)
+    return response

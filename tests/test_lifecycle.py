@@ -1,0 +1,89 @@
+"""The account lifecycle over the API: members and team roles by owners, accounts by admins,
+your own password and sessions by yourself; every endpoint checked against every role.
+Both databases."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.db import transaction
+from tbhub.models import Role
+from tbhub.settings import Settings
+from tbhub.teams import create_team, grant
+from tests.test_api import PASSWORD, seed, sign_in
+
+# (method, path, body) -> status for: anonymous, eve (no role), bob (editor of vision, viewer
+# of speech), alice (owner of vision), root (admin). 404 hides a project you cannot see.
+MATRIX = [
+    ("GET", "/api/v1/projects/vision/members", None, (401, 404, 403, 200, 200)),
+    ("PUT", "/api/v1/projects/vision/members/eve", {"role": "viewer"}, (401, 404, 403, 200, 200)),
+    ("DELETE", "/api/v1/projects/vision/members/bob", None, (401, 404, 403, 204, 204)),
+    ("PUT", "/api/v1/projects/vision/teams/crew", {"role": "editor"}, (401, 404, 403, 200, 200)),
+    ("DELETE", "/api/v1/projects/vision/teams/crew", None, (401, 404, 403, 204, 204)),
+    ("GET", "/api/v1/users", None, (401, 403, 403, 403, 200)),
+    ("PATCH", "/api/v1/users/eve", {"disabled": False}, (401, 403, 403, 403, 200)),
+    ("POST", "/api/v1/users/eve/sign-out-everywhere", None, (401, 403, 403, 403, 204)),
+    ("GET", "/api/v1/audit", None, (401, 403, 403, 403, 200)),
+    ("GET", "/api/v1/projects/vision/share-links", None, (401, 404, 403, 200, 200)),
+]  # fmt: skip
+CALLERS = (None, "eve", "bob", "alice", "root")
+
+
+@pytest.mark.parametrize(("method", "path", "body", "expected"), MATRIX,
+                         ids=[f"{m} {p}" for m, p, _, _ in MATRIX])  # fmt: skip
+def test_every_lifecycle_endpoint_by_every_role(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings,
+    method: str, path: str, body: dict | None, expected: tuple[int, ...],
+) -> None:  # fmt: skip
+    seed(factory, settings)
+    with transaction(factory) as session:
+        create_team(session, name="crew", actor="t")
+        grant(session, project="vision", team="crew", role=Role.editor, actor="t")
+    for caller, status in zip(CALLERS, expected, strict=True):
+        seed_roles = status in (200, 204)  # a success may change what the next caller sees
+        if caller is None:
+            client.cookies.clear()
+            client.headers.pop("X-CSRF-Token", None)
+        else:
+            sign_in(client, caller)
+        response = client.request(method, path, json=body)
+        assert response.status_code == status, (caller, response.text)
+        if seed_roles and method == "DELETE" and "/members/" in path:
+            client.put(path, json={"role": "editor"})  # put bob back for the next caller
+        if seed_roles and method == "DELETE" and "/teams/" in path:
+            client.put(path, json={"role": "editor"})
+
+
+def test_an_admin_disables_and_deletes_accounts_but_not_the_last_admin(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    sign_in(client, "root")
+    assert client.patch("/api/v1/users/eve", json={"disabled": True}).json()["disabled"] is True
+    assert client.delete("/api/v1/users/eve").status_code == 204
+    assert [u["name"] for u in client.get("/api/v1/users").json()["users"]] == [
+        "alice", "bob", "root"]  # fmt: skip
+    last = client.delete("/api/v1/users/root")
+    assert last.status_code == 403 and "last enabled admin" in last.json()["error"]["message"]
+
+
+def test_you_change_your_own_password_and_keep_only_this_session(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    other = TestClient(client.app, base_url="http://testserver")
+    sign_in(other, "alice")
+    sign_in(client, "alice")
+    new = "a-new-password"
+    wrong = client.post("/api/v1/me/password", json={"current_password": "no", "new_password": new})
+    assert wrong.status_code == 401
+    change = {"current_password": PASSWORD, "new_password": new}
+    changed = client.post("/api/v1/me/password", json=change)
+    assert changed.status_code == 200
+    assert client.get("/api/v1/projects").status_code == 200  # this browser: a new cookie
+    assert other.get("/api/v1/projects").status_code == 401  # every other session ended
+    assert sign_in(client, "alice", "a-new-password") == 303
+    assert client.post("/api/v1/me/sign-out-everywhere").status_code == 204
+    assert client.get("/api/v1/projects").status_code == 401
