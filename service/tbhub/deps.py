@@ -12,6 +12,7 @@ from fastapi import Depends, Path, Request, Response
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
@@ -38,6 +39,7 @@ class AppContext:
     wake_supervisor: Callable[[], None]
     csrf: CsrfTokens
     shares: ShareLinkCache
+    board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
 

@@ -23,6 +23,7 @@ from tbhub.api import (
     share_links,
     users,
 )
+from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
@@ -35,7 +36,7 @@ from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.supervisor.loop import Supervisor
-from tbhub.web import oidc, pages, share
+from tbhub.web import board_origin, oidc, pages, share
 
 log = logging.getLogger("tbhub")
 
@@ -55,7 +56,20 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         wake_supervisor=wake,
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
         shares=ShareLinkCache(factory),
+        board_origins=board_origins(settings),
         oidc=oidc_client(settings),
+    )
+
+
+def board_origins(settings: Settings) -> BoardOrigins | None:
+    if settings.board_domain is None:
+        return None
+    assert settings.secret_key is not None
+    return BoardOrigins(
+        board_domain=settings.board_domain,
+        public_url=settings.public_url,
+        secret_key=settings.secret_key.get_secret_value(),
+        max_age=settings.session_max_age,
     )
 
 
@@ -115,6 +129,7 @@ def create_app(
     app.include_router(pages.router)
     app.include_router(oidc.router)
     app.include_router(share.router)
+    app.include_router(board_origin.router)
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )

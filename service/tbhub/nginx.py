@@ -80,6 +80,7 @@ def render_config(settings: Settings) -> str:
         auth_cache_seconds=AUTH_CACHE_SECONDS,
         identity_headers=IDENTITY_HEADERS,
         board_csp=BOARD_CSP,
+        board_domain=settings.board_domain,
         security_headers=COMMON_HEADERS,
         board_path_regex=BOARD_PATH_REGEX,
         unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,

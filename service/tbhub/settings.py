@@ -88,6 +88,13 @@ class Settings(BaseSettings):
     tensorboard_bin: str = Field(
         default_factory=_default_tensorboard_bin, description="Path to the tensorboard binary."
     )
+    board_domain: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$",
+        description="Serve each board on its own origin, <project>.<board_domain> (a "
+        "wildcard DNS name pointing at nginx), with a cookie of its own, instead of under "
+        "/boards/ on tbhub's origin. See 'Path mode or own-origin mode'.",
+    )
     # Sign-in with an OpenID Connect provider (DESIGN.md, "Security model").
     oidc_discovery_url: str | None = Field(
         default=None,

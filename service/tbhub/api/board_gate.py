@@ -16,7 +16,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from tbhub.auth.sessions import read_cookie
+from tbhub.auth.board_origin import BOARD_COOKIE, BoardOrigins
+from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.boards import BoardView
 from tbhub.deps import (
@@ -56,6 +57,7 @@ def auth_cache_seconds(idle_timeout: float) -> int:
 
 
 class Verdict(enum.Enum):
+    other_origin = "other_origin"  # own-origin mode: this board is not served on this host
     anonymous = "anonymous"
     unknown_project = "unknown_project"
     forbidden = "forbidden"
@@ -64,8 +66,15 @@ class Verdict(enum.Enum):
 
 def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
     """The caller's standing towards `project`, and the project id when allowed: as the
-    signed-in user, or else through a share link for this very board."""
-    verdict, project_id = _judge_session(request, context, project)
+    signed-in user (or, on a board's own origin, its board session), or else through a
+    share link for this very board."""
+    origins = context.board_origins
+    if origins is not None:
+        if origins.project_of_host(request.headers.get("host")) != project:
+            return Verdict.other_origin, None
+        verdict, project_id = _judge_board_session(request, context, origins, project)
+    else:
+        verdict, project_id = _judge_session(request, context, project)
     if verdict is not Verdict.allowed:
         grant = _share_grant(request, context)
         if grant is not None and grant.project == project:
@@ -78,12 +87,28 @@ def _share_grant(request: Request, context: AppContext) -> ShareGrant | None:
     return context.shares.lookup(token) if token else None
 
 
+def _judge_board_session(
+    request: Request, context: AppContext, origins: BoardOrigins, project: str
+) -> tuple[Verdict, int | None]:
+    """On a board's own origin only its board cookie counts, never tbhub's session cookie."""
+    value = read_cookie(request.headers.getlist("cookie"), BOARD_COOKIE)
+    board = origins.read_cookie(value, project)
+    if board is None:
+        return Verdict.anonymous, None
+    data = SessionData(user_id=board.user_id, expires_at=board.expires_at, epoch=board.epoch)
+    return _judge_user(context, data, project)
+
+
 def _judge_session(
     request: Request, context: AppContext, project: str
 ) -> tuple[Verdict, int | None]:
     data = signed_in_session(request, context)
     if data is None:
         return Verdict.anonymous, None
+    return _judge_user(context, data, project)
+
+
+def _judge_user(context: AppContext, data: SessionData, project: str) -> tuple[Verdict, int | None]:
     access = context.access.lookup(data.user_id, project)
     # A disabled user's access reads as no user; a session from an older epoch is over.
     if not access.user_exists or not session_is_current(
@@ -165,9 +190,15 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
     check_board_path(request.scope.get("raw_path", b"").decode("latin-1"))
     html = wants_html(request)
     verdict, project_id = judge(request, context, project)
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    origins = context.board_origins
+    if verdict is Verdict.other_origin and origins is not None:
+        return RedirectResponse(origins.url(project, target), status_code=302)
+    if verdict is Verdict.anonymous and origins is not None:
+        back = f"/auth/board-pass?project={project}&next={quote(target, safe='')}"
+        return RedirectResponse(f"{context.settings.public_url.rstrip('/')}{back}", 302)
     if verdict is Verdict.anonymous:
         if html:
-            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/auth/login?next={quote(target, safe='')}", status_code=302)
         raise NotAuthenticated(
             "sign in to open this board: send the session cookie from /auth/login"

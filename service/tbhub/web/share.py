@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path
 from fastapi.responses import RedirectResponse, Response
@@ -26,6 +27,11 @@ def open_share_link(
             "this share link has expired or was revoked; ask whoever sent it for a new one"
         )
     prefix = board_prefix(grant.project)
+    if context.board_origins is not None:  # the cookie must be the board origin's own
+        query = urlencode({"share": token, "next": f"{prefix}/"})
+        return RedirectResponse(
+            context.board_origins.url(grant.project, f"/_tbhub/enter?{query}"), status_code=303
+        )
     response = RedirectResponse(f"{prefix}/", status_code=303)
     response.set_cookie(
         SHARE_COOKIE,
