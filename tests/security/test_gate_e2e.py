@@ -43,6 +43,16 @@ def test_a_member_of_foo_cannot_read_foobar_by_prefix(server: TbhubServer) -> No
         assert response.status_code == 403, path
 
 
+def test_identity_headers_sent_by_a_client_change_nothing(server: TbhubServer) -> None:
+    """Attack: claim to be another user with the headers proxies often trust."""
+    alice = server.sign_in("alice", "alice-password")
+    spoof = {**JSON, "X-Forwarded-User": "bob", "X-Remote-User": "bob", "X-Tbhub-User": "bob",
+             "X-Tbhub-Role": "owner", "X-Board-User": "bob", "Remote-User": "bob"}  # fmt: skip
+    assert alice.get("/boards/foobar/data/runs", headers=spoof).status_code == 403
+    anonymous = httpx.get(f"{server.base_url}/boards/foobar/data/runs", headers=spoof)
+    assert anonymous.status_code == 401
+
+
 def test_a_dead_or_hung_control_plane_keeps_every_board_closed(server: TbhubServer) -> None:
     """Attack: wait for the auth hook to fail (crash, hang) and hope nginx lets you through."""
     alice = server.sign_in("alice", "alice-password")
