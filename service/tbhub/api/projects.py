@@ -7,8 +7,10 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from tbhub.deps import CurrentUser, ProjectInPath, SessionDep
+from tbhub.api.retention import require_owner
+from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, SessionDep
 from tbhub.errors import NotFound
+from tbhub.jobs import retention
 from tbhub.models import Project, Role
 from tbhub.names import check_project_name
 from tbhub.projects import visible_projects
@@ -62,3 +64,17 @@ def get_project(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> 
     raise NotFound(
         f"no project named {name!r} that you can see; list yours with GET /api/v1/projects"
     )
+
+
+@router.delete("/projects/{name}")
+def delete_project(
+    name: ProjectInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+) -> dict[str, object]:
+    """Owners and admins: every run goes to the trash (restorable until purged), then the
+    project's members, board, policy, pins and share links."""
+    require_owner(session, user, name)
+    report = retention.delete_project(context.factory, context.settings, project=name,
+                                      actor=user.name)  # fmt: skip
+    context.access.invalidate()
+    return {"project": name, "deleted": True, "trashed_runs": report.trashed,
+            "bytes": report.bytes}  # fmt: skip

@@ -18,8 +18,10 @@ from tbhub.cli.common import (
     db_session,
     emit,
     handle_errors,
+    human_bytes,
     out_console,
     runtime_settings,
+    session_factory,
 )
 from tbhub.errors import InvalidInput
 from tbhub.projects import (
@@ -215,6 +217,32 @@ def project_remove_member(project: str, user: str, as_json: bool = JsonOption) -
         remove_membership(session, project=project, user=user, actor=ACTOR)
     emit({"project": project, "user": user, "removed": True}, as_json=as_json,
          human=lambda: out_console.print(f"{user} is no member of {project} now"))  # fmt: skip
+
+
+@project_app.command("delete")
+@handle_errors
+def project_delete(
+    name: str,
+    yes: bool = typer.Option(False, "--yes", help="Really delete it (nothing happens without)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Delete a project: its runs go to the trash (restorable until purged), its members,
+    board, policy, pins and share links go."""
+    from tbhub.jobs import retention
+
+    if not yes:
+        raise InvalidInput(
+            f"deleting {name} moves all its runs to the trash and removes its members, board "
+            f"and share links; run `tbhub admin project delete {name} --yes` to do it"
+        )
+    settings = runtime_settings()
+    with session_factory(settings) as factory:
+        report = retention.delete_project(factory, settings, project=name, actor=ACTOR)
+    result = {"project": name, "deleted": True, "trashed_runs": report.trashed,
+              "bytes": report.bytes}  # fmt: skip
+    emit(result, as_json=as_json, human=lambda: out_console.print(
+        f"deleted {name}: {report.trashed} runs ({human_bytes(report.bytes)}) are in the "
+        "trash; `tbhub admin trash list` shows them", highlight=False))  # fmt: skip
 
 
 @project_app.command("list")

@@ -8,12 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import delete as sa_delete
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
 from tbhub.db import transaction
-from tbhub.errors import NotFound, TbhubError
+from tbhub.errors import JobBusy, NotFound, TbhubError
 from tbhub.jobs.archive import archive_paths, write_archive
 from tbhub.jobs.config import archive_root, job_lock
 from tbhub.jobs.fsops import is_real_dir, parent_of, require_safe_rmtree, split_relative
@@ -27,7 +28,7 @@ from tbhub.jobs.policy import (
     plan_project,
 )
 from tbhub.jobs.scan import measure_dir, scan_projects
-from tbhub.models import PinnedRun, RetentionOverride, TrashEntry
+from tbhub.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
@@ -270,3 +271,33 @@ def describe_policy(session: Session, settings: Settings, *, project: str) -> di
         "default": default_policy(settings).as_dict(),
         "pinned": list(pins),
     }
+
+
+# -- deleting a project (admin CLI and API) -----------------------------------------------------
+
+
+def delete_project(
+    factory: sessionmaker[Session], settings: Settings, *, project: str, actor: str
+) -> ApplyReport:
+    """Every run of the project goes to the trash through the journal (restorable with
+    `tbhub admin trash restore` until it is purged), then the project's rows go: members,
+    team roles, board, policy, pins and share links. If any run could not be moved, the
+    project stays and the error names them; run it again once they are free."""
+    with factory() as session:
+        get_project(session, name=project)
+    runs = scan_projects([(str(project_dir(settings.storage, project)), project)])[0]
+    plan = ProjectPlan(project=project, policy=Policy(action="trash"),
+                       remove=[Decision(run, ("project_deleted",)) for run in runs])  # fmt: skip
+    report = apply_plans(factory, settings, [plan], actor=actor)
+    if report.skipped:
+        stuck = ", ".join(f"{s['run']} ({s['why']})" for s in report.skipped[:5])
+        raise JobBusy(
+            f"{len(report.skipped)} run(s) of {project} could not be moved to the trash: "
+            f"{stuck}; the project stays; try again"
+        )
+    with transaction(factory) as session:
+        # The database cascades to every row that belongs to the project.
+        session.execute(sa_delete(Project).where(Project.name == project))
+        audit.record(session, actor=actor, action="project.delete", target=project,
+                     trashed_runs=report.trashed, bytes=report.bytes)  # fmt: skip
+    return report
