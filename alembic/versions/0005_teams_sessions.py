@@ -18,10 +18,12 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("users") as batch:
-        batch.add_column(sa.Column("disabled", sa.Boolean(), nullable=False,
-                                   server_default=sa.false()))  # fmt: skip
-        batch.add_column(sa.Column("session_epoch", sa.Integer(), nullable=False,
-                                   server_default="0"))  # fmt: skip
+        batch.add_column(
+            sa.Column("disabled", sa.Boolean(), nullable=False, server_default=sa.false())
+        )
+        batch.add_column(
+            sa.Column("session_epoch", sa.Integer(), nullable=False, server_default="0")
+        )
     op.create_table(
         "teams",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -30,19 +32,26 @@ def upgrade() -> None:
     )
     op.create_table(
         "team_members",
-        sa.Column("team_id", sa.Integer(), sa.ForeignKey("teams.id", ondelete="CASCADE"),
-                  primary_key=True),  # fmt: skip
-        sa.Column("user_id", sa.Integer(), sa.ForeignKey("users.id", ondelete="CASCADE"),
-                  primary_key=True),  # fmt: skip
+        sa.Column(
+            "team_id", sa.Integer(), sa.ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column(
+            "user_id", sa.Integer(), sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+        ),
         sa.Column("source", sa.String(length=16), nullable=False),
     )
     op.create_index("ix_team_members_user", "team_members", ["user_id"])
     op.create_table(
         "team_roles",
-        sa.Column("team_id", sa.Integer(), sa.ForeignKey("teams.id", ondelete="CASCADE"),
-                  primary_key=True),  # fmt: skip
-        sa.Column("project_id", sa.Integer(), sa.ForeignKey("projects.id", ondelete="CASCADE"),
-                  primary_key=True),  # fmt: skip
+        sa.Column(
+            "team_id", sa.Integer(), sa.ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column(
+            "project_id",
+            sa.Integer(),
+            sa.ForeignKey("projects.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
         sa.Column("role", sa.String(length=16), nullable=False),
     )
 

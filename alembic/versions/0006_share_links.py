@@ -21,8 +21,12 @@ def upgrade() -> None:
         "share_links",
         sa.Column("id", sa.Integer(), primary_key=True),
         sa.Column("token_hash", sa.String(length=64), nullable=False, unique=True),
-        sa.Column("project_id", sa.Integer(), sa.ForeignKey("projects.id", ondelete="CASCADE"),
-                  nullable=False),  # fmt: skip
+        sa.Column(
+            "project_id",
+            sa.Integer(),
+            sa.ForeignKey("projects.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
         sa.Column("created_by", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
