@@ -203,3 +203,14 @@ def test_groups_from_the_provider_map_to_teams_at_each_sign_in(
         client.cookies.clear()
         finish(client, provider_login(begin(client), "judy"))
         assert client.get("/api/v1/projects").json() == []
+
+
+def test_an_oidc_session_is_shorter_so_groups_are_read_again_soon(
+    settings: Settings, factory: sessionmaker[Session], provider: Provider
+) -> None:
+    short = oidc_settings(settings, provider, oidc_session_max_age=600)
+    with TestClient(create_app(build_context(short)), base_url=BASE) as client:
+        response = finish(client, provider_login(begin(client), "kate"))
+        cookie = next(h for h in response.headers.get_list("set-cookie")  # type: ignore[attr-defined]
+                      if h.startswith("tbhub_session="))  # fmt: skip
+        assert "Max-Age=600" in cookie

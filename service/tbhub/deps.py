@@ -113,10 +113,16 @@ RunPathInPath = Annotated[str, Path(min_length=1, max_length=RUN_PATH_MAX)]
 
 
 def set_session_cookie(response: Response, context: AppContext, user: User) -> None:
+    """A new session. An OIDC account's is shorter (TBHUB_OIDC_SESSION_MAX_AGE): going back
+    through the provider re-reads its groups, so a user taken out of a group loses what
+    it gave them within that time even without signing in again."""
+    settings = context.settings
+    max_age = settings.oidc_session_max_age if user.oidc_subject else settings.session_max_age
+    max_age = min(max_age, settings.session_max_age)
     response.set_cookie(
         SESSION_COOKIE,
-        context.signer.issue(user.id, epoch=user.session_epoch),
-        max_age=context.settings.session_max_age,
+        context.signer.issue(user.id, epoch=user.session_epoch, max_age=max_age),
+        max_age=max_age,
         httponly=True,
         samesite="lax",
         secure=context.settings.public_url.startswith("https://"),

@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         "at each sign-in, and taken out when no mapped group of theirs is left. Teams are "
         "created when first needed; memberships added by hand are left alone.",
     )
+    oidc_session_max_age: int = Field(
+        default=3600,
+        gt=0,
+        description="Seconds an OIDC sign-in lasts (at most TBHUB_SESSION_MAX_AGE). Going "
+        "back through the provider (silent while its own session lasts) re-reads the "
+        "user's groups, so leaving a group takes effect within this time.",
+    )
     oidc_provider_name: str = Field(
         default="your organisation", description="Shown on the button: 'Sign in with …'."
     )

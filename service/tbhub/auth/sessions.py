@@ -58,8 +58,12 @@ class SessionSigner:
         self._signer = Signer(secret_key, "tbhub-session")
         self.max_age = max_age
 
-    def issue(self, user_id: int, now: float | None = None, *, epoch: int = 0) -> str:
-        expires_at = int((now if now is not None else time.time()) + self.max_age)
+    def issue(
+        self, user_id: int, now: float | None = None, *, epoch: int = 0,
+        max_age: int | None = None,
+    ) -> str:  # fmt: skip
+        lifetime = self.max_age if max_age is None else min(max_age, self.max_age)
+        expires_at = int((now if now is not None else time.time()) + lifetime)
         return self._signer.dump({"u": user_id, "e": expires_at, "v": epoch})
 
     def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
