@@ -21,6 +21,7 @@ from tbhub.api import (
     projects,
     retention,
     share_links,
+    teams,
     users,
 )
 from tbhub.auth.board_origin import BoardOrigins
@@ -125,6 +126,7 @@ def create_app(
     app.include_router(share_links.router)
     app.include_router(members.router)
     app.include_router(users.router)
+    app.include_router(teams.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(oidc.router)
