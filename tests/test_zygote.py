@@ -20,6 +20,7 @@ import tensorboard
 
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
+from tbhub.settings import Settings
 from tbhub.supervisor import forked_board, zygote
 from tbhub.supervisor.backends.launch import ZygoteLauncher
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV, LocalBackend
@@ -28,13 +29,15 @@ from tbhub.supervisor.plan import Instance
 from tests.scripts import write_script
 
 TENSORBOARD = str(Path(sys.executable).with_name("tensorboard"))
+# What boards run by default: the zygote must fork exactly that.
+BOARD_PROGRAM = Settings.model_fields["tensorboard_bin"].get_default(call_default_factory=True)
 
 
 def zygote_backend(tmp_path: Path) -> LocalBackend:
     return LocalBackend(
         state_dir=tmp_path / "boards",
         owner=str(tmp_path),
-        tensorboard_bin=TENSORBOARD,
+        tensorboard_bin=BOARD_PROGRAM,
         stop_grace=3,
         zygote_dir=tmp_path / "zygote",
     )
