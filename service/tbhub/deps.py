@@ -16,7 +16,7 @@ from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import SESSION_COOKIE, SessionData, SessionSigner, read_session_cookie
+from tbhub.auth.sessions import CookieNames, SessionData, SessionSigner, read_session_cookie
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
 from tbhub.boards import AccessTracker, BoardDirectory
@@ -38,6 +38,7 @@ class AppContext:
     tracker: AccessTracker
     wake_supervisor: Callable[[], None]
     csrf: CsrfTokens
+    cookies: CookieNames
     shares: ShareLinkCache
     board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
@@ -77,7 +78,8 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 def signed_in_session(request: Request, context: AppContext) -> SessionData | None:
     """The session a valid cookie carries (not yet checked against the user's epoch);
     raises AmbiguousSession for a request whose cookies could be read two ways."""
-    return context.signer.verify(read_session_cookie(request.headers.getlist("cookie")))
+    cookie = read_session_cookie(request.headers.getlist("cookie"), context.cookies.session)
+    return context.signer.verify(cookie)
 
 
 def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool:
@@ -120,7 +122,7 @@ def set_session_cookie(response: Response, context: AppContext, user: User) -> N
     max_age = settings.oidc_session_max_age if user.oidc_subject else settings.session_max_age
     max_age = min(max_age, settings.session_max_age)
     response.set_cookie(
-        SESSION_COOKIE,
+        context.cookies.session,
         context.signer.issue(user.id, epoch=user.session_epoch, max_age=max_age),
         max_age=max_age,
         httponly=True,

@@ -28,7 +28,7 @@ from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import SessionSigner
+from tbhub.auth.sessions import CookieNames, SessionSigner
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import make_engine, make_session_factory
@@ -56,6 +56,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         tracker=AccessTracker(),
         wake_supervisor=wake,
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
+        cookies=CookieNames.for_url(settings.public_url),
         shares=ShareLinkCache(factory),
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
@@ -136,6 +137,11 @@ def create_app(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )
     install_error_handlers(app)
-    app.add_middleware(CsrfGuard, tokens=context.csrf, public_url=context.settings.public_url)
+    app.add_middleware(
+        CsrfGuard,
+        tokens=context.csrf,
+        public_url=context.settings.public_url,
+        session_cookie=context.cookies.session,
+    )
     app.add_middleware(SecurityHeaders)
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.main import build_context, create_app
 from tbhub.settings import Settings
 from tests.forms import form_token
 from tests.test_api import PASSWORD, seed, sign_in
@@ -92,3 +93,29 @@ def test_sign_out_from_another_site_is_refused(
                            headers={"Sec-Fetch-Site": "cross-site"})  # fmt: skip
     assert response.status_code == 403
     assert client.get("/api/v1/projects").status_code == 200
+
+
+def test_behind_tls_cookies_are_host_prefixed_and_secure(
+    settings: Settings, factory: sessionmaker[Session]
+) -> None:
+    """Attack: a sibling host sets or shadows tbhub's cookies. `__Host-` cookies cannot be."""
+    seed(factory, settings)
+    tls = settings.model_copy(update={"public_url": "https://testserver"})
+    app = create_app(build_context(tls))
+    with TestClient(app, base_url="https://testserver") as client:
+        page = client.get("/auth/login")
+        assert page.headers["set-cookie"].startswith("__Host-tbhub_csrf=")
+        response = client.post(
+            "/auth/login",
+            data={"username": "alice", "password": PASSWORD, "csrf_token": form_token(client)},
+            follow_redirects=False,
+        )
+        cookie = next(c for c in response.headers.get_list("set-cookie")
+                      if c.startswith("__Host-tbhub_session="))  # fmt: skip
+        assert "Secure" in cookie and "Path=/" in cookie and "Domain" not in cookie
+        assert client.get("/api/v1/projects").status_code == 200
+        # The unprefixed name, as a sibling host could set it, is nobody's session here.
+        value = client.cookies.get("__Host-tbhub_session")
+        client.cookies.clear()
+        assert client.get("/api/v1/projects", headers={"Cookie": f"tbhub_session={value}"}
+                          ).status_code == 401  # fmt: skip

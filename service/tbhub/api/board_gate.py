@@ -16,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from tbhub.auth.board_origin import BOARD_COOKIE, BoardOrigins
+from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.boards import BoardView
@@ -91,7 +91,7 @@ def _judge_board_session(
     request: Request, context: AppContext, origins: BoardOrigins, project: str
 ) -> tuple[Verdict, int | None]:
     """On a board's own origin only its board cookie counts, never tbhub's session cookie."""
-    value = read_cookie(request.headers.getlist("cookie"), BOARD_COOKIE)
+    value = read_cookie(request.headers.getlist("cookie"), context.cookies.board)
     board = origins.read_cookie(value, project)
     if board is None:
         return Verdict.anonymous, None

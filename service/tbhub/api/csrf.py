@@ -14,6 +14,6 @@ router = APIRouter(prefix="/api/v1", tags=["session"])
 def csrf_token(request: Request, context: ContextDep, user: CurrentUser) -> dict[str, str]:
     """For browser scripts only: the header value that lets a call made with this session
     cookie change anything. Calls with an API token need none."""
-    binding = binding_of(request)
+    binding = binding_of(request, context.cookies)
     assert binding is not None  # CurrentUser means a session cookie was read
     return {"header": "X-CSRF-Token", "token": context.csrf.token(binding)}

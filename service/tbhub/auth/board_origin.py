@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 
 from tbhub.auth.sessions import Signer
 
-BOARD_COOKIE = "tbhub_board"
 PASS_SECONDS = 60
 SLUG = r"[a-z0-9][a-z0-9-]{0,62}"
 

@@ -25,11 +25,10 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tbhub.auth.sessions import read_session_cookie
+from tbhub.auth.sessions import CookieNames, read_cookie, read_session_cookie
 from tbhub.errors import AmbiguousSession, Forbidden
 from tbhub.http_errors import error_response
 
-CSRF_COOKIE = "tbhub_csrf"
 CSRF_HEADER = "x-csrf-token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SAFE_FETCH_SITES = frozenset({"same-origin", "none"})
@@ -56,13 +55,13 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(32)
 
 
-def binding_of(request: Request) -> str | None:
+def binding_of(request: Request, cookies: CookieNames) -> str | None:
     """What the request's token must be bound to: its session cookie, else its nonce cookie."""
     try:
-        session = read_session_cookie(request.headers.getlist("cookie"))
+        headers = request.headers.getlist("cookie")
+        return read_session_cookie(headers, cookies.session) or read_cookie(headers, cookies.csrf)
     except AmbiguousSession:
         return None
-    return session or request.cookies.get(CSRF_COOKIE)
 
 
 def cross_site_reason(request: Request, public_url: str) -> str | None:
@@ -83,8 +82,11 @@ def cross_site_reason(request: Request, public_url: str) -> str | None:
 class CsrfGuard:
     """ASGI middleware: the Origin check for every unsafe request, the token for JSON calls."""
 
-    def __init__(self, app: ASGIApp, *, tokens: CsrfTokens, public_url: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, tokens: CsrfTokens, public_url: str, session_cookie: str
+    ) -> None:
         self.app, self.tokens, self.public_url = app, tokens, public_url
+        self.session_cookie = session_cookie
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
@@ -103,7 +105,7 @@ class CsrfGuard:
         if not request.url.path.startswith("/api/"):
             return None  # forms check their csrf_token field themselves
         try:
-            session = read_session_cookie(request.headers.getlist("cookie"))
+            session = read_session_cookie(request.headers.getlist("cookie"), self.session_cookie)
         except AmbiguousSession:
             return None  # the route refuses it with its own, clearer error
         if session is None or request.headers.get("authorization"):

@@ -17,6 +17,22 @@ SESSION_COOKIE = "tbhub_session"
 
 
 @dataclass(frozen=True)
+class CookieNames:
+    """tbhub's cookies. Behind TLS they carry the `__Host-` prefix: browsers then accept them
+    only with Secure, Path=/ and no Domain, so no sibling host can set or shadow them."""
+
+    session: str = SESSION_COOKIE
+    csrf: str = "tbhub_csrf"
+    board: str = "tbhub_board"
+
+    @classmethod
+    def for_url(cls, public_url: str) -> CookieNames:
+        if not public_url.startswith("https://"):
+            return cls()
+        return cls(*(f"__Host-{name}" for name in (SESSION_COOKIE, "tbhub_csrf", "tbhub_board")))
+
+
+@dataclass(frozen=True)
 class SessionData:
     user_id: int
     expires_at: int
@@ -95,7 +111,7 @@ def read_cookie(cookie_headers: Iterable[str], name: str) -> str | None:
         for chunk in header.split(";"):
             key, _, value = chunk.partition("=")
             key = key.strip()
-            if key.lower() == name:
+            if key.lower() == name.lower():
                 found.append((key, value.strip()))
     if not found:
         return None
@@ -108,5 +124,5 @@ def read_cookie(cookie_headers: Iterable[str], name: str) -> str | None:
     return found[0][1] or None
 
 
-def read_session_cookie(cookie_headers: Iterable[str]) -> str | None:
-    return read_cookie(cookie_headers, SESSION_COOKIE)
+def read_session_cookie(cookie_headers: Iterable[str], name: str = SESSION_COOKIE) -> str | None:
+    return read_cookie(cookie_headers, name)

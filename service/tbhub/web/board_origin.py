@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from tbhub.auth.board_origin import BOARD_COOKIE, PASS_SECONDS, BoardOrigins
+from tbhub.auth.board_origin import PASS_SECONDS, BoardOrigins
 from tbhub.auth.share_links import SHARE_COOKIE, TOKEN_LENGTH
 from tbhub.bounds import TOKEN_MAX, URL_PATH_MAX
 from tbhub.deps import AppContext, ContextDep, OptionalUser
@@ -73,7 +73,7 @@ def enter_board_origin(
     board = origins.redeem_pass(pass_, project) if pass_ else None
     grant = context.shares.lookup(share) if share else None
     if board is not None:
-        response.set_cookie(BOARD_COOKIE, origins.cookie_value(board), httponly=True,
+        response.set_cookie(context.cookies.board, origins.cookie_value(board), httponly=True,
                             samesite="lax", secure=secure, path="/",
                             max_age=context.settings.session_max_age)  # fmt: skip
     elif grant is not None and grant.project == project:

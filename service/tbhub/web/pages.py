@@ -9,8 +9,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub import audit
-from tbhub.auth.csrf import CSRF_COOKIE, binding_of, new_nonce
-from tbhub.auth.sessions import SESSION_COOKIE
+from tbhub.auth.csrf import binding_of, new_nonce
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import (
     AppContext,
@@ -51,18 +50,19 @@ def _with_csrf(
     """Render a page whose forms carry the CSRF token of this session (or, before sign-in,
     of a nonce cookie set here)."""
     app: AppContext = request.app.state.context
-    binding = binding_of(request)
+    binding = binding_of(request, app.cookies)
     nonce = None if binding else new_nonce()
     token = app.csrf.token(binding or nonce or "")
     response = render(request, name, {**context, "csrf_token": token}, status_code=status_code)
     if nonce is not None:
         secure = app.settings.public_url.startswith("https://")
-        response.set_cookie(CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=secure)
+        response.set_cookie(app.cookies.csrf, nonce, httponly=True, samesite="strict",
+                            secure=secure)  # fmt: skip
     return response
 
 
 def _check_form_token(request: Request, context: AppContext, token: str, what: str) -> None:
-    if not context.csrf.valid(binding_of(request), token):
+    if not context.csrf.valid(binding_of(request, context.cookies), token):
         raise Forbidden(f"the {what} form expired; reload the page and try again")
 
 
@@ -148,5 +148,5 @@ def logout(
 ) -> Response:
     _check_form_token(request, context, csrf_token, "sign-out")
     response = RedirectResponse("/auth/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(context.cookies.session, path="/")
     return response
