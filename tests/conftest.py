@@ -41,13 +41,19 @@ def postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(params=DATABASES)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of each kind, created for this test and dropped after it."""
-    if request.param == "sqlite":
+@contextmanager
+def empty_database(kind: str, tmp_path: Path) -> Iterator[str]:
+    if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'tbhub.sqlite3'}"
         return
     with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind, created for this test and dropped after it."""
+    with empty_database(request.param, tmp_path) as url:
         yield url
 
 

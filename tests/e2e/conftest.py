@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -7,9 +8,23 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
+from tests.conftest import DATABASES, empty_database
 from tests.e2e.harness import TbhubServer
 
 pytestmark = pytest.mark.e2e
+
+# End-to-end paths mostly exercise processes, nginx and files, not the database: they run on
+# SQLite. Modules whose flows depend on the database kind (the board gate's core flows,
+# adoption after a crash) ask for every database with `BOTH_DATABASES`; every in-process
+# database test runs on both anyway. TBHUB_TEST_E2E_DATABASES overrides the default.
+E2E_DATABASES = os.environ.get("TBHUB_TEST_E2E_DATABASES", "sqlite").split(",")
+BOTH_DATABASES = pytest.mark.parametrize("database_url", DATABASES, indirect=True)
+
+
+@pytest.fixture(params=E2E_DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with empty_database(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -13,8 +13,12 @@ import pytest
 
 from tbhub.sample_logs import scalar_value, write_project
 from tbhub.security_headers import BOARD_CSP
+from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
 from tests.forms import form_token
+
+# The gate and adoption read the database on every path: both kinds.
+pytestmark = BOTH_DATABASES
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 JSON = {"Accept": "application/json"}

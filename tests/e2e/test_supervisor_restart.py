@@ -9,8 +9,12 @@ import psutil
 
 from tbhub.sample_logs import write_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV
+from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
 from tests.e2e.test_boards import wait_for_board
+
+# The gate and adoption read the database on every path: both kinds.
+pytestmark = BOTH_DATABASES
 
 
 def gone(pid: int) -> bool:
