@@ -6,24 +6,16 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
 import numpy as np
 import psutil
-import pytest
 
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import scalar_value, write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import JSON, wait_for_board
 from tests.e2e.test_supervisor_restart import board_groups, gone
-
-
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    """The launcher does not touch the database: SQLite alone keeps these tests lean."""
-    return f"sqlite:///{tmp_path / 'tbhub.sqlite3'}"
 
 
 def zygote_ref(server: TbhubServer) -> ProcessRef | None:
