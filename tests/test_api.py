@@ -80,7 +80,8 @@ def test_anonymous_api_call_gets_401_in_the_error_shape(client: TestClient) -> N
     assert response.json() == {
         "error": {
             "code": "not_authenticated",
-            "message": "sign in first: open /auth/login in a browser",
+            "message": "sign in first (open /auth/login in a browser) or send an API token as "
+            "`Authorization: Bearer tbh_...`",
         }
     }
 

@@ -8,17 +8,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import Depends, Path, Request, Response
+from fastapi import Depends, Path, Request, Response, Security
+from fastapi.security import APIKeyCookie, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.board_origin import BoardOrigins
+from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import CookieNames, SessionData, SessionSigner, read_session_cookie
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
+from tbhub.auth.tokens import TokenCache
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
 from tbhub.db import transaction
@@ -40,6 +43,7 @@ class AppContext:
     csrf: CsrfTokens
     cookies: CookieNames
     shares: ShareLinkCache
+    tokens: TokenCache
     board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
@@ -130,3 +134,47 @@ def set_session_cookie(response: Response, context: AppContext, user: User) -> N
         secure=context.settings.public_url.startswith("https://"),
         path="/",
     )
+
+
+# -- callers: a session user or an API token (auth/caller.py holds the rules) ---------------
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="An API token (`tbh_...`) from `tbhub admin token create` or POST /api/v1/tokens",
+)
+cookie_scheme = APIKeyCookie(
+    name=SESSION_COOKIE, auto_error=False, scheme_name="session", description="Browser sign-in"
+)
+
+
+def get_optional_caller(
+    request: Request,
+    context: ContextDep,
+    session: SessionDep,
+    _bearer: Annotated[object, Security(bearer_scheme)] = None,
+    _cookie: Annotated[object, Security(cookie_scheme)] = None,
+) -> Caller | None:
+    """A bearer header wins over a cookie; a bad token is refused rather than falling back
+    to the cookie (fail closed). A token is never accepted in the URL."""
+    refuse_token_in_url(request.query_params)
+    token = bearer_token(request.headers.get("authorization"))
+    if token is not None:
+        grant = context.tokens.lookup(token)
+        return Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
+    user = get_optional_user(request, context, session)
+    if user is None:
+        return None
+    return Caller(user_id=user.id, name=user.name, is_admin=user.is_admin)
+
+
+def get_caller(caller: Annotated[Caller | None, Depends(get_optional_caller)]) -> Caller:
+    if caller is None:
+        raise NotAuthenticated(
+            "sign in first (open /auth/login in a browser) or send an API token as "
+            "`Authorization: Bearer tbh_...`"
+        )
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -80,3 +80,8 @@ class ArchiveFailed(TbhubError):
 class BackupFailed(TbhubError):
     code = "backup_failed"
     http_status = 500
+
+
+class BadRequest(TbhubError):
+    code = "bad_request"
+    http_status = 400

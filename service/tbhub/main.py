@@ -20,8 +20,10 @@ from tbhub.api import (
     metrics,
     projects,
     retention,
+    runs,
     share_links,
     teams,
+    tokens,
     users,
 )
 from tbhub.auth.board_origin import BoardOrigins
@@ -30,6 +32,7 @@ from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import CookieNames, SessionSigner
 from tbhub.auth.share_links import ShareLinkCache
+from tbhub.auth.tokens import TokenCache
 from tbhub.boards import AccessTracker, BoardDirectory
 from tbhub.db import make_engine, make_session_factory
 from tbhub.deps import AppContext
@@ -58,6 +61,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
         cookies=CookieNames.for_url(settings.public_url),
         shares=ShareLinkCache(factory),
+        tokens=TokenCache(factory),
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
     )
@@ -121,6 +125,8 @@ def create_app(
     app.include_router(health.router)
     app.include_router(csrf.router)
     app.include_router(projects.router)
+    app.include_router(runs.router)
+    app.include_router(tokens.router)
     app.include_router(board_gate.router)
     app.include_router(retention.router)
     app.include_router(audit.router)

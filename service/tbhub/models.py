@@ -13,6 +13,7 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -291,3 +292,120 @@ class BackupRun(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     actor: Mapped[str] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
+
+
+# -- API tokens and the run registry (issue 8) ------------------------------------------------
+
+
+class TokenScope(enum.StrEnum):
+    read = "read"  # what a viewer may do
+    write = "write"  # also what an editor may do: register, upload, annotate, pin runs
+
+
+class ApiToken(Base):
+    """A bearer token. Only the SHA-256 of the secret is stored: a dump holds nothing usable."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    hint: Mapped[str] = mapped_column(String(16))  # `tbh_` + the first characters, to tell apart
+    scope: Mapped[TokenScope] = mapped_column(Enum(TokenScope, native_enum=False, length=16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    user: Mapped[User] = relationship()
+    projects: Mapped[list[Project]] = relationship(secondary="api_token_projects")
+
+
+class ApiTokenProject(Base):
+    """The projects a token may act on; a token reaches no other project."""
+
+    __tablename__ = "api_token_projects"
+
+    token_id: Mapped[int] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class RunStatus(enum.StrEnum):
+    running = "running"
+    finished = "finished"
+    failed = "failed"
+    killed = "killed"
+    discovered = "discovered"  # found on the storage, never registered through the API
+
+
+class RunSource(enum.StrEnum):
+    api = "api"
+    discovered = "discovered"
+
+
+class RetentionState(enum.StrEnum):
+    present = "present"
+    trashed = "trashed"
+    archived = "archived"
+    purged = "purged"  # left the trash for good
+
+
+class Run(Base):
+    """One run: a directory under its project, and what the job told about it."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("project_id", "path"),
+        Index("ix_runs_project_created", "project_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(String(1024))  # inside the project, '/'-separated
+    name: Mapped[str] = mapped_column(String(128))
+    group: Mapped[str | None] = mapped_column("group_name", String(255))
+    status: Mapped[RunStatus] = mapped_column(Enum(RunStatus, native_enum=False, length=16))
+    source: Mapped[RunSource] = mapped_column(Enum(RunSource, native_enum=False, length=16))
+    retention_state: Mapped[RetentionState] = mapped_column(
+        Enum(RetentionState, native_enum=False, length=16), default=RetentionState.present
+    )
+    trash_entry_id: Mapped[int | None] = mapped_column(Integer)
+    hparams: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    git_commit: Mapped[str | None] = mapped_column(String(64))
+    git_branch: Mapped[str | None] = mapped_column(String(255))
+    git_dirty: Mapped[bool | None] = mapped_column()
+    dataset_version: Mapped[str | None] = mapped_column(String(255))
+    command: Mapped[str | None] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(String(255))
+    notes: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    first_write: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_write: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+
+    project: Mapped[Project] = relationship()
+    tag_rows: Mapped[list[RunTag]] = relationship(
+        cascade="all, delete-orphan", order_by="RunTag.tag", lazy="selectin"
+    )
+
+    @property
+    def tags(self) -> list[str]:
+        return [row.tag for row in self.tag_rows]
+
+
+class RunTag(Base):
+    __tablename__ = "run_tags"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)

@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
 from tbhub import teams
-from tbhub.api.retention import require_owner
-from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, SessionDep, UserNameInPath
+from tbhub.auth.caller import require_project
+from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep, UserNameInPath
 from tbhub.models import Role
 from tbhub.projects import list_members, remove_membership, set_membership
 
@@ -23,9 +23,11 @@ class RoleIn(BaseModel):
 
 
 @router.get("/projects/{name}/members")
-def get_members(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
+def get_members(
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
     """The project's own members and the teams with a role in it."""
-    require_owner(session, user, name)
+    require_project(context.access, caller, name, Role.owner)
     team_roles = [
         {"team": t["name"], "role": t["roles"][name]}  # type: ignore[index]
         for t in teams.list_teams(session)
@@ -36,43 +38,43 @@ def get_members(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> 
 
 @router.put("/projects/{name}/members/{member}")
 def put_member(
-    name: ProjectInPath, member: UserNameInPath, body: RoleIn, user: CurrentUser,
+    name: ProjectInPath, member: UserNameInPath, body: RoleIn, caller: CallerDep,
     session: SessionDep, context: ContextDep,
 ) -> dict[str, str]:  # fmt: skip
     """Add a member, or change their role."""
-    require_owner(session, user, name)
-    set_membership(session, project=name, user=member, role=body.role, actor=user.name)
+    require_project(context.access, caller, name, Role.owner)
+    set_membership(session, project=name, user=member, role=body.role, actor=caller.name)
     context.access.invalidate()
     return {"user": member, "role": body.role.value}
 
 
 @router.delete("/projects/{name}/members/{member}", status_code=204)
 def delete_member(
-    name: ProjectInPath, member: UserNameInPath, user: CurrentUser, session: SessionDep,
+    name: ProjectInPath, member: UserNameInPath, caller: CallerDep, session: SessionDep,
     context: ContextDep,
 ) -> None:  # fmt: skip
-    require_owner(session, user, name)
-    remove_membership(session, project=name, user=member, actor=user.name)
+    require_project(context.access, caller, name, Role.owner)
+    remove_membership(session, project=name, user=member, actor=caller.name)
     context.access.invalidate()
 
 
 @router.put("/projects/{name}/teams/{team}")
 def put_team(
-    name: ProjectInPath, team: UserNameInPath, body: RoleIn, user: CurrentUser,
+    name: ProjectInPath, team: UserNameInPath, body: RoleIn, caller: CallerDep,
     session: SessionDep, context: ContextDep,
 ) -> dict[str, str]:  # fmt: skip
     """Give a team a role in the project, or change it."""
-    require_owner(session, user, name)
-    teams.grant(session, project=name, team=team, role=body.role, actor=user.name)
+    require_project(context.access, caller, name, Role.owner)
+    teams.grant(session, project=name, team=team, role=body.role, actor=caller.name)
     context.access.invalidate()
     return {"team": team, "role": body.role.value}
 
 
 @router.delete("/projects/{name}/teams/{team}", status_code=204)
 def delete_team_role(
-    name: ProjectInPath, team: UserNameInPath, user: CurrentUser, session: SessionDep,
+    name: ProjectInPath, team: UserNameInPath, caller: CallerDep, session: SessionDep,
     context: ContextDep,
 ) -> None:  # fmt: skip
-    require_owner(session, user, name)
-    teams.revoke(session, project=name, team=team, actor=user.name)
+    require_project(context.access, caller, name, Role.owner)
+    teams.revoke(session, project=name, team=team, actor=caller.name)
     context.access.invalidate()

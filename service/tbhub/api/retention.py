@@ -1,4 +1,4 @@
-"""/api/v1 retention policies: read and set by instance admins and project owners."""
+"""/api/v1 retention policies (project owners and instance admins) and pins (editors up)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,12 @@ from typing import Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
 
-from tbhub.auth.permissions import load_access
+from tbhub.auth.caller import require_admin, require_project
 from tbhub.bounds import ByteCount, Count, Days, Minutes, RunPath
-from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, RunPathInPath, SessionDep
-from tbhub.errors import Forbidden, NotFound
+from tbhub.deps import CallerDep, ContextDep, ProjectInPath, RunPathInPath, SessionDep
 from tbhub.jobs import retention
-from tbhub.models import Role, User
-from tbhub.names import check_project_name
+from tbhub.models import Role
 
 router = APIRouter(prefix="/api/v1", tags=["retention"])
 
@@ -38,65 +35,59 @@ class PinIn(BaseModel):
     run: RunPath = Field(description="The run's path inside the project, e.g. 'group/run-1'.")
 
 
-def require_owner(session: Session, user: User, project: str) -> None:
-    """Owners of the project and instance admins; others see 404 (not a member) or 403."""
-    check_project_name(project)
-    access = load_access(session, user_id=user.id, project=project)
-    if not access.can_view:
-        raise NotFound(f"no project named {project!r} that you can see; list yours with "
-                       "GET /api/v1/projects")  # fmt: skip
-    if not access.at_least(Role.owner):
-        raise Forbidden(f"only owners of {project} and instance admins manage its retention")
-
-
 @router.get("/retention/default")
-def get_default(user: CurrentUser, context: ContextDep) -> dict[str, Any]:
+def get_default(caller: CallerDep, context: ContextDep) -> dict[str, Any]:
     """The global default policy (from the settings)."""
-    if not user.is_admin:
-        raise Forbidden("only instance admins see the global retention default")
+    require_admin(caller, "see the global retention default")
     return retention.default_policy(context.settings).as_dict()
 
 
 @router.get("/projects/{name}/retention")
 def get_policy(
-    name: ProjectInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
     """The effective policy, the project's overrides, the default and the pinned runs."""
-    require_owner(session, user, name)
+    require_project(context.access, caller, name, Role.owner)
     return retention.describe_policy(session, context.settings, project=name)
 
 
 @router.put("/projects/{name}/retention")
 def set_policy(
-    name: ProjectInPath, body: PolicyIn, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, body: PolicyIn, caller: CallerDep, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
-    require_owner(session, user, name)
+    require_project(context.access, caller, name, Role.owner)
     values = body.model_dump(exclude_unset=True)
-    retention.set_override(session, project=name, values=values, actor=user.name)
+    retention.set_override(session, project=name, values=values, actor=caller.name)
     return retention.describe_policy(session, context.settings, project=name)
 
 
 @router.post("/projects/{name}/retention/pins", status_code=201)
 def pin(
-    name: ProjectInPath, body: PinIn, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, body: PinIn, caller: CallerDep, session: SessionDep, context: ContextDep
 ) -> dict[str, str]:
     """Exempt a run that exists from retention (404, naming similar runs, if it does not)."""
-    require_owner(session, user, name)
-    retention.pin_run(session, context.settings, project=name, run_path=body.run, actor=user.name)
+    require_project(context.access, caller, name, Role.editor)
+    retention.pin_run(session, context.settings, project=name, run_path=body.run, actor=caller.name)
     return {"project": name, "run": body.run}
 
 
 @router.delete("/projects/{name}/retention/pins/{run:path}", status_code=204)
-def unpin(name: ProjectInPath, run: RunPathInPath, user: CurrentUser, session: SessionDep) -> None:
-    require_owner(session, user, name)
-    retention.unpin_run(session, project=name, run_path=run, actor=user.name)
+def unpin(
+    name: ProjectInPath,
+    run: RunPathInPath,
+    caller: CallerDep,
+    session: SessionDep,
+    context: ContextDep,
+) -> None:
+    require_project(context.access, caller, name, Role.editor)
+    retention.unpin_run(session, project=name, run_path=run, actor=caller.name)
 
 
 @router.get("/projects/{name}/retention/plan")
 def plan(
-    name: ProjectInPath, user: CurrentUser, session: SessionDep, context: ContextDep
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
     """The dry run for this project: what `tbhub admin retention apply` would remove now."""
-    require_owner(session, user, name)
+    require_project(context.access, caller, name, Role.owner)
     [project_plan] = retention.plan_retention(context.factory, context.settings, project=name)
     return project_plan.summary()

@@ -8,10 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from tbhub.api.retention import require_owner
 from tbhub.auth import share_links
+from tbhub.auth.caller import require_project
 from tbhub.bounds import INT32_MAX
-from tbhub.deps import ContextDep, CurrentUser, ProjectInPath, SessionDep
+from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
+from tbhub.models import Role
 
 router = APIRouter(prefix="/api/v1", tags=["share links"])
 
@@ -28,20 +29,26 @@ class ShareLinkIn(BaseModel):
 
 @router.post("/projects/{name}/share-links", status_code=201)
 def create_share_link(
-    name: ProjectInPath, body: ShareLinkIn, user: CurrentUser, session: SessionDep
+    name: ProjectInPath,
+    body: ShareLinkIn,
+    caller: CallerDep,
+    session: SessionDep,
+    context: ContextDep,
 ) -> dict[str, Any]:
     """A new link; its URL is shown this once (only a hash of its token is kept)."""
-    require_owner(session, user, name)
+    require_project(context.access, caller, name, Role.owner)
     link, token = share_links.create_link(
         session, project=name, expires_in=timedelta(hours=body.expires_in_hours),
-        note=body.note, actor=user.name,
+        note=body.note, actor=caller.name,
     )  # fmt: skip
     return {**share_links.describe(link), "url": f"/share/{token}"}
 
 
 @router.get("/projects/{name}/share-links")
-def list_share_links(name: ProjectInPath, user: CurrentUser, session: SessionDep) -> dict[str, Any]:
-    require_owner(session, user, name)
+def list_share_links(
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
+    require_project(context.access, caller, name, Role.owner)
     return {
         "links": [share_links.describe(k) for k in share_links.list_links(session, project=name)]
     }
@@ -51,11 +58,11 @@ def list_share_links(name: ProjectInPath, user: CurrentUser, session: SessionDep
 def revoke_share_link(
     name: ProjectInPath,
     link_id: Annotated[int, Path(ge=1, le=INT32_MAX)],
-    user: CurrentUser,
+    caller: CallerDep,
     session: SessionDep,
     context: ContextDep,
 ) -> None:
     """The link stops working at once here, and on the board within ~15 s (caches)."""
-    require_owner(session, user, name)
-    share_links.revoke_link(session, project=name, link_id=link_id, actor=user.name)
+    require_project(context.access, caller, name, Role.owner)
+    share_links.revoke_link(session, project=name, link_id=link_id, actor=caller.name)
     context.shares.invalidate()

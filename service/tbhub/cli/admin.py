@@ -13,6 +13,7 @@ from tbhub.cli import boards as boards_cli
 from tbhub.cli import retention as retention_cli
 from tbhub.cli import share as share_cli
 from tbhub.cli import teams as teams_cli
+from tbhub.cli import tokens as tokens_cli
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -55,6 +56,7 @@ app.add_typer(backup_cli.app, name="backup")
 app.add_typer(audit_cli.app, name="audit")
 app.add_typer(teams_cli.app, name="team")
 app.add_typer(share_cli.app, name="share")
+app.add_typer(tokens_cli.app, name="token")
 
 ACTOR = "cli"
 

@@ -25,6 +25,7 @@ from tbhub.jobs.archive import archive_paths, partial_path
 from tbhub.jobs.config import archive_root, trash_root
 from tbhub.jobs.fsops import is_real_dir, move, open_below, open_dir, remove_tree, split_relative
 from tbhub.models import TrashEntry
+from tbhub.runs import mark_retention
 from tbhub.settings import Settings
 
 ENTRY_META = ".tbhub-entry.json"
@@ -98,6 +99,13 @@ def settle(
             entry.trashed_at = utc(time.time())
         else:
             entry.finished_at = utc(time.time())
+        mark_retention(
+            session,
+            project=entry.project,
+            run_path=entry.run_path,
+            journal_state=state,
+            trash_id=entry.id,
+        )
         audit.record(
             session,
             actor=actor,

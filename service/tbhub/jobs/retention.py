@@ -27,7 +27,7 @@ from tbhub.jobs.policy import (
     merge,
     plan_project,
 )
-from tbhub.jobs.scan import measure_dir, scan_projects
+from tbhub.jobs.scan import RunInfo, measure_dir, scan_projects
 from tbhub.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
 from tbhub.settings import Settings
@@ -135,7 +135,8 @@ def _apply_one(
     *,
     actor: str,
     report: ApplyReport,
-) -> None:
+) -> int | None:
+    """Trash or archive one run; its trash id, or None when it was skipped."""
     run = decision.run
     parts = split_relative(run.path)
     leaf = parts[-1]
@@ -175,7 +176,7 @@ def _apply_one(
             entry.state, entry.error, entry.finished_at = "skipped", reason, utc(time.time())
             audit.record(session, actor=actor, action="retention.skip", target=target, why=reason)
         report.skipped.append({"run": target, "why": reason})
-        return
+        return None
     if policy.action == "trash":
         finish_trash(factory, entry_id, actor=actor)
         report.trashed += 1
@@ -183,6 +184,32 @@ def _apply_one(
         finish_archive(factory, settings, entry_id, actor=actor)
         report.archived += 1
     report.bytes += run.bytes
+    return entry_id
+
+
+def trash_one(
+    factory: sessionmaker[Session], settings: Settings, *, project: str, run_path: str, actor: str
+) -> int | None:
+    """Move one run to the trash now, through the same journal as retention (a DELETE of a
+    registered run). Its trash id, or None when its directory is gone already."""
+    require_safe_rmtree()
+    parts = split_relative(run_path)
+    with job_lock(settings, "retention"):
+        recover(factory, settings, actor=actor)
+        project_dir(settings.storage, project)
+        with parent_of(settings.storage, [project, *parts]) as parent_fd:
+            if not is_real_dir(parent_fd, parts[-1]):
+                return None
+            size, files, last_write = measure_dir(parent_fd, parts[-1])
+        report = ApplyReport()
+        decision = Decision(RunInfo(project, run_path, size, files, last_write), ("deleted",))
+        entry_id = _apply_one(
+            factory, settings, Policy(action="trash"), decision, actor=actor, report=report
+        )
+    if entry_id is None:
+        why = report.skipped[0]["why"] if report.skipped else "unknown"
+        raise JobBusy(f"could not move {project}/{run_path} to the trash ({why}); try again")
+    return entry_id
 
 
 class _Skip(Exception):

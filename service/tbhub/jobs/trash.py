@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub import audit
 from tbhub.db import transaction
 from tbhub.errors import AlreadyExists, InvalidInput, NotFound
 from tbhub.jobs.config import job_lock
@@ -21,7 +22,8 @@ from tbhub.jobs.journal import (
     settle_restore,
     utc,
 )
-from tbhub.models import TrashEntry
+from tbhub.jobs.retention import trash_one
+from tbhub.models import RetentionState, Run, TrashEntry
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
 
@@ -113,3 +115,18 @@ def purge(
             report.entries += 1
             report.bytes += size
     return report
+
+
+def trash_run(
+    factory: sessionmaker[Session], settings: Settings, *, project: str, run_id: int, actor: str
+) -> None:
+    """DELETE of a registered run: its directory goes to the trash (the journal marks the run
+    trashed); a run whose directory is gone already is marked purged."""
+    with factory() as session:
+        run_path = session.get_one(Run, run_id).path
+    if trash_one(factory, settings, project=project, run_path=run_path, actor=actor) is None:
+        with transaction(factory) as session:
+            run = session.get_one(Run, run_id)
+            run.retention_state = RetentionState.purged
+            audit.record(session, actor=actor, action="run.delete", target=f"{project}/{run_path}",
+                         gone=True)  # fmt: skip

@@ -1,0 +1,316 @@
+"""API tokens: `tbh_` + 256 random bits, stored only as a SHA-256, scoped to projects.
+
+A token acts for the user who owns it, never beyond that user's role and never beyond its
+scope: `read` caps it at viewer, `write` at editor, in the projects it names and no others.
+It never carries instance-admin or owner powers (DESIGN.md, security model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Select, select, update
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from tbhub import audit
+from tbhub.auth.permissions import project_roles
+from tbhub.boards import AccessTracker
+from tbhub.db import transaction
+from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
+from tbhub.models import ApiToken, Project, Role, TokenScope, User
+
+TOKEN_PREFIX = "tbh_"
+TOKEN_SHAPE = re.compile(r"tbh_[A-Za-z0-9_-]{43}")
+TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,63}")
+MAX_TOKEN_PROJECTS = 100
+MAX_TOKEN_DAYS = 3660
+# The role a scope caps a token at.
+SCOPE_ROLE = {TokenScope.read: Role.viewer, TokenScope.write: Role.editor}
+MINT_HINT = "create one with `tbhub admin token create` or POST /api/v1/tokens, then `tbhub login`"
+
+
+def new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """256 random bits need no slow hash: SHA-256 cannot be reversed to a usable token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class TokenGrant:
+    """What a presented token allows, as read from the database."""
+
+    token_id: int
+    user_id: int
+    user_name: str
+    scope: TokenScope
+    project_ids: frozenset[int]
+    project_names: tuple[str, ...]
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    user_disabled: bool = False
+
+    @property
+    def cap(self) -> Role:
+        return SCOPE_ROLE[self.scope]
+
+    def check_usable(self, now: datetime) -> None:
+        if self.user_disabled:
+            raise NotAuthenticated(
+                f"the account {self.user_name} is disabled, and so are its tokens; ask an "
+                "instance admin to enable it (`tbhub admin user enable`)"
+            )
+        if self.revoked_at is not None:
+            raise NotAuthenticated(
+                f"this token was revoked at {self.revoked_at:%Y-%m-%d %H:%M} UTC; {MINT_HINT}"
+            )
+        if self.expires_at is not None and self.expires_at <= now:
+            raise NotAuthenticated(
+                f"this token expired at {self.expires_at:%Y-%m-%d %H:%M} UTC; {MINT_HINT}"
+            )
+
+
+def grant_of(token: ApiToken) -> TokenGrant:
+    projects = sorted(token.projects, key=lambda p: p.name)
+    return TokenGrant(
+        token_id=token.id,
+        user_id=token.user_id,
+        user_name=token.user.name,
+        scope=token.scope,
+        project_ids=frozenset(p.id for p in projects),
+        project_names=tuple(p.name for p in projects),
+        expires_at=token.expires_at,
+        revoked_at=token.revoked_at,
+        user_disabled=token.user.disabled,
+    )
+
+
+def load_grant(session: Session, token_hash: str) -> TokenGrant | None:
+    token = session.scalar(
+        select(ApiToken)
+        .where(ApiToken.token_hash == token_hash)
+        .options(selectinload(ApiToken.projects), selectinload(ApiToken.user))
+    )
+    return grant_of(token) if token is not None else None
+
+
+class TokenCache:
+    """token hash -> TokenGrant for `ttl` seconds, so a job's requests do not each query the
+    token. Revocations in this process clear it at once; elsewhere (the admin CLI, another
+    replica) they take effect within `ttl`. Last use is noted in memory and written in
+    batches, at most every `flush_every` seconds, never once per request."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = 10.0,
+        flush_every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._factory = factory
+        self._ttl = ttl
+        self._flush_every = flush_every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, TokenGrant]] = {}
+        self.used = AccessTracker()
+        self._flushed_at = clock()
+
+    def lookup(self, token: str) -> TokenGrant:
+        """The grant of a presented token, or NotAuthenticated saying why it is refused."""
+        if not TOKEN_SHAPE.fullmatch(token):
+            raise NotAuthenticated(f"that is not a tbhub token (they start with tbh_); {MINT_HINT}")
+        key = hash_token(token)
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and now - hit[0] < self._ttl:
+            grant = hit[1]
+        else:
+            with self._factory() as session:
+                found = load_grant(session, key)
+            if found is None:
+                raise NotAuthenticated(f"this token is not known to tbhub; {MINT_HINT}")
+            grant = found
+            with self._lock:
+                if len(self._entries) > 100_000:  # bounded: drop everything rather than grow
+                    self._entries.clear()
+                self._entries[key] = (now, grant)
+        grant.check_usable(datetime.now(UTC))
+        self.used.touch(grant.token_id)
+        if now - self._flushed_at >= self._flush_every:
+            self.flush()
+        return grant
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def flush(self) -> None:
+        """Write the pending last-used times (a few rows, once a minute at most)."""
+        self._flushed_at = self._clock()
+        pending = self.used.drain()
+        if not pending:
+            return
+        with transaction(self._factory) as session:
+            for token_id, at in pending.items():
+                session.execute(
+                    update(ApiToken)
+                    .where(ApiToken.id == token_id)
+                    .where((ApiToken.last_used_at.is_(None)) | (ApiToken.last_used_at < at))
+                    .values(last_used_at=at)
+                )
+
+
+# -- service functions: minting, listing, revoking ----------------------------------------
+
+
+def check_token_name(name: str) -> str:
+    if not TOKEN_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"token name {name!r} is not allowed: use 1-64 letters, digits, spaces or "
+            "'._@:-', starting with a letter or digit (for example 'ci-train')"
+        )
+    return name
+
+
+def parse_scope(value: str) -> TokenScope:
+    try:
+        return TokenScope(value)
+    except ValueError:
+        raise InvalidInput(f"scope {value!r} is not one of: read, write") from None
+
+
+def expiry_from_days(days: float | None, now: datetime) -> datetime | None:
+    if days is None:
+        return None
+    if not (0 < days <= MAX_TOKEN_DAYS):
+        raise InvalidInput(f"expiry must be more than 0 and at most {MAX_TOKEN_DAYS} days")
+    return now + timedelta(days=days)
+
+
+def create_token(
+    session: Session,
+    *,
+    user: User,
+    name: str,
+    scope: TokenScope,
+    projects: list[str],
+    expires_at: datetime | None,
+    actor: str,
+) -> tuple[ApiToken, str]:
+    """Mint a token for `user`; returns the row and the secret, which is never stored.
+
+    The user must already hold the role the scope gives in every project named: a token
+    can narrow what its user may do, never widen it."""
+    check_token_name(name)
+    if not projects:
+        raise InvalidInput("name at least one project the token may act on")
+    if len(set(projects)) > MAX_TOKEN_PROJECTS:
+        raise InvalidInput(f"a token may name at most {MAX_TOKEN_PROJECTS} projects")
+    if expires_at is not None and expires_at <= datetime.now(UTC):
+        raise InvalidInput("the expiry is in the past; give a time in the future")
+    rows = list(session.scalars(select(Project).where(Project.name.in_(set(projects)))))
+    missing = sorted(set(projects) - {p.name for p in rows})
+    if missing:
+        raise NotFound(
+            f"no project named {', '.join(missing)}; list yours with GET /api/v1/projects"
+        )
+    need = SCOPE_ROLE[scope]
+    if not user.is_admin:
+        roles = project_roles(session, user_id=user.id)  # own or through a team
+        unseen = sorted(p.name for p in rows if p.id not in roles)
+        if unseen:  # the same answer as for a project that does not exist
+            raise NotFound(f"no project named {', '.join(unseen)} that you can see; list yours "
+                           "with GET /api/v1/projects")  # fmt: skip
+        short = sorted(p.name for p in rows if roles[p.id].rank < need.rank)
+        if short:
+            raise Forbidden(
+                f"{user.name} is not at least {need.value} of {', '.join(short)}, so a "
+                f"{scope.value} token cannot act there; ask a project owner for that role or "
+                "drop those projects"
+            )
+    secret = new_secret()
+    token = ApiToken(
+        user_id=user.id,
+        name=name,
+        token_hash=hash_token(secret),
+        hint=secret[:12],
+        scope=scope,
+        created_by=actor,
+        expires_at=expires_at,
+        projects=rows,
+    )
+    session.add(token)
+    session.flush()
+    audit.record(
+        session,
+        actor=actor,
+        action="token.create",
+        target=f"token:{token.id}",
+        user=user.name,
+        scope=scope.value,
+        projects=sorted(p.name for p in rows),
+    )
+    return token, secret
+
+
+def token_query(*, user_id: int | None = None, project_id: int | None = None) -> Select[ApiToken]:
+    query = (
+        select(ApiToken)
+        .options(selectinload(ApiToken.projects), selectinload(ApiToken.user))
+        .order_by(ApiToken.id)
+    )
+    if user_id is not None:
+        query = query.where(ApiToken.user_id == user_id)
+    if project_id is not None:
+        query = query.where(ApiToken.projects.any(Project.id == project_id))
+    return query
+
+
+def list_tokens(
+    session: Session, *, user_id: int | None = None, project_id: int | None = None
+) -> list[ApiToken]:
+    return list(session.scalars(token_query(user_id=user_id, project_id=project_id)))
+
+
+def get_token(session: Session, token_id: int) -> ApiToken:
+    token = session.scalar(token_query().where(ApiToken.id == token_id))
+    if token is None:
+        raise NotFound(f"no token with id {token_id}; list tokens to find its id")
+    return token
+
+
+def revoke_token(session: Session, *, token: ApiToken, actor: str) -> ApiToken:
+    """Revoke once; revoking again changes nothing and keeps the first time."""
+    if token.revoked_at is None:
+        token.revoked_at = datetime.now(UTC)
+        audit.record(session, actor=actor, action="token.revoke", target=f"token:{token.id}")
+    session.flush()
+    return token
+
+
+def token_summary(token: ApiToken) -> dict[str, object]:
+    """A token as shown to people: never the secret, only its first characters."""
+    return {
+        "id": token.id,
+        "name": token.name,
+        "user": token.user.name,
+        "hint": token.hint,
+        "scope": token.scope.value,
+        "projects": sorted(p.name for p in token.projects),
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+        "revoked_at": token.revoked_at,
+        "last_used_at": token.last_used_at,
+    }

@@ -1,0 +1,74 @@
+"""A team on one instance: users with each role in `vision`, and tokens of each scope."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.auth.sessions import SESSION_COOKIE
+from tbhub.auth.tokens import create_token
+from tbhub.db import transaction
+from tbhub.models import Role, TokenScope
+from tbhub.projects import create_project, set_membership
+from tbhub.settings import Settings
+from tbhub.users import create_user, get_user
+
+MEMBERS = {"alice": Role.owner, "bob": Role.editor, "carol": Role.viewer}
+# name -> (user, scope, projects)
+TOKENS = {
+    "bob-write": ("bob", TokenScope.write, ["vision"]),
+    "bob-read": ("bob", TokenScope.read, ["vision"]),
+    "alice-write": ("alice", TokenScope.write, ["vision"]),
+    "root-write": ("root", TokenScope.write, ["vision"]),
+    "dave-write-speech": ("dave", TokenScope.write, ["speech"]),
+}
+
+
+@dataclass
+class Team:
+    client: TestClient
+    settings: Settings
+    user_ids: dict[str, int] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    token_ids: dict[str, int] = field(default_factory=dict)
+
+    def headers(self, who: str | None) -> dict[str, str]:
+        """Request headers for a caller: a user name (session) or a token name."""
+        if who is None:
+            return {}
+        if who in self.secrets:
+            return {"Authorization": f"Bearer {self.secrets[who]}"}
+        cookie = self.client.app.state.context.signer.issue(self.user_ids[who])  # type: ignore[attr-defined]
+        return {"Cookie": f"{SESSION_COOKIE}={cookie}"}
+
+
+@pytest.fixture
+def team(client: TestClient, factory: sessionmaker[Session], settings: Settings) -> Team:
+    result = Team(client=client, settings=settings)
+    with transaction(factory) as session:
+        for name in ("alice", "bob", "carol", "dave", "eve", "root"):
+            user = create_user(session, name=name, password=None, is_admin=name == "root",
+                               actor="test")  # fmt: skip
+            result.user_ids[name] = user.id
+        for project in ("vision", "speech"):
+            create_project(session, name=project, storage_root=settings.storage, owner=None,
+                           actor="test")  # fmt: skip
+        for name, role in MEMBERS.items():
+            set_membership(session, project="vision", user=name, role=role, actor="test")
+        set_membership(session, project="speech", user="dave", role=Role.editor, actor="test")
+        for label, (user, scope, projects) in TOKENS.items():
+            token, secret = create_token(
+                session,
+                user=get_user(session, name=user),
+                name=label,
+                scope=scope,
+                projects=projects,
+                expires_at=None,
+                actor="test",
+            )
+            result.secrets[label] = secret
+            result.token_ids[label] = token.id
+    return result

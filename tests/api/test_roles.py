@@ -1,0 +1,80 @@
+"""The roles matrix (README "Roles"), checked for every caller kind against every action."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import count
+
+import httpx
+import pytest
+
+from tests.api.conftest import Team
+
+CALLERS = [None, "eve", "carol", "bob", "alice", "root",
+           "bob-read", "bob-write", "alice-write", "root-write", "dave-write-speech"]  # fmt: skip
+# One row per action, one status per caller above. A token is capped by its scope (read =
+# viewer, write = editor) and never manages anything; a project the caller cannot see at all
+# answers 404, like one that does not exist.
+MATRIX: dict[str, list[int]] = {
+    # action            anon eve carol bob alice root  b-r  b-w  a-w  r-w  d-w-speech
+    "read runs":       [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "read project":    [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "register run":    [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
+    "annotate run":    [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "pin run":         [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
+    "trash run":       [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
+    "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
+    "mint token":      [401, 404, 403, 201, 201, 201, 403, 403, 403, 403, 403],
+    "global default":  [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
+}  # fmt: skip
+
+Action = Callable[[Team, dict[str, str]], httpx.Response]
+_names = count()
+
+
+def _new_run(team: Team) -> int:
+    response = team.client.post(
+        "/api/v1/projects/vision/runs", json={"name": "fixture"}, headers=team.headers("root")
+    )
+    assert response.status_code == 201, response.text
+    return int(response.json()["id"])
+
+
+ACTIONS: dict[str, Action] = {
+    "read runs": lambda t, h: t.client.get("/api/v1/projects/vision/runs", headers=h),
+    "read project": lambda t, h: t.client.get("/api/v1/projects/vision", headers=h),
+    "register run": lambda t, h: t.client.post(
+        "/api/v1/projects/vision/runs", json={"name": f"r{next(_names)}"}, headers=h
+    ),
+    "annotate run": lambda t, h: t.client.patch(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}", json={"notes": "looks good"}, headers=h
+    ),
+    "pin run": lambda t, h: t.client.post(
+        "/api/v1/projects/vision/retention/pins", json={"run": "keep/me"}, headers=h
+    ),
+    "trash run": lambda t, h: t.client.delete(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}", headers=h
+    ),
+    "set policy": lambda t, h: t.client.put(
+        "/api/v1/projects/vision/retention", json={"keep_last": 5}, headers=h
+    ),
+    "project tokens": lambda t, h: t.client.get("/api/v1/tokens?project=vision", headers=h),
+    "mint token": lambda t, h: t.client.post(
+        "/api/v1/tokens",
+        json={"name": "job", "scope": "write", "projects": ["vision"]},
+        headers=h,
+    ),
+    "global default": lambda t, h: t.client.get("/api/v1/retention/default", headers=h),
+}
+
+
+@pytest.mark.parametrize("action", list(MATRIX))
+def test_each_caller_gets_what_the_roles_matrix_says(team: Team, action: str) -> None:
+    got = []
+    for caller in CALLERS:
+        response = ACTIONS[action](team, team.headers(caller))
+        got.append(response.status_code)
+        if response.is_error:
+            assert set(response.json()) == {"error"}, (action, caller, response.text)
+    assert dict(zip(CALLERS, got, strict=True)) == dict(zip(CALLERS, MATRIX[action], strict=True))

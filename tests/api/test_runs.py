@@ -1,0 +1,155 @@
+"""The run registry over /api/v1: register, list, read, update, trash; on both databases."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.jobs.trash import restore
+from tbhub.models import Run
+from tests.api.conftest import Team
+
+RUNS = "/api/v1/projects/vision/runs"
+
+
+def register(team: Team, who: str = "bob-write", **body: object) -> dict[str, object]:
+    response = team.client.post(RUNS, json={"name": "resnet", **body}, headers=team.headers(who))
+    assert response.status_code == 201, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_registering_a_run_creates_its_directory_and_returns_where_to_write(team: Team) -> None:
+    run = register(team, group="ablations/lr", hparams={"lr": 0.1, "layers": 50, "amp": True},
+                   tags=["baseline"], git_commit="abc123", command="python train.py")  # fmt: skip
+    assert re.fullmatch(r"ablations/lr/\d{8}-\d{6}-resnet", str(run["path"]))
+    logdir = Path(str(run["logdir"]))
+    assert logdir == team.settings.storage / "vision" / str(run["path"]) and logdir.is_dir()
+    assert run["upload_url"] == f"/api/v1/projects/vision/runs/{run['id']}/files/"
+    assert run["status"] == "running" and run["source"] == "api"
+    assert run["hparams"] == {"lr": 0.1, "layers": 50, "amp": True}
+    assert run["created_by"] == "bob" and run["tags"] == ["baseline"]
+
+
+def test_the_same_name_in_the_same_second_gets_a_suffix(team: Team) -> None:
+    paths = {str(register(team)["path"]) for _ in range(3)}
+    assert len(paths) == 3
+    stems = {re.sub(r"-(2|3)$", "", p) for p in paths}
+    assert len(stems) <= 2  # at most one second boundary crossed
+
+
+def test_a_directory_already_on_disk_is_never_reused(team: Team) -> None:
+    first = register(team)
+    (team.settings.storage / "vision" / (str(first["path"]) + "-2")).mkdir()
+    (team.settings.storage / "vision" / (str(first["path"]) + "-3")).mkdir()
+    second = register(team)
+    if str(second["path"]).startswith(str(first["path"])):
+        assert second["path"] == str(first["path"]) + "-4"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "../escape"}, "run name"),
+        ({"name": "/abs"}, "run name"),
+        ({"name": "a\x00b"}, "name"),
+        ({"name": "ok", "group": "../up"}, "group"),
+        ({"name": "ok", "group": "/abs"}, "group"),
+        ({"name": "ok", "group": "a/b/c/d/e"}, "group"),
+        ({"name": "x" * 101}, "name"),
+        ({"name": "ok", "hparams": {"lr": float("nan")}}, "hparams"),
+        ({"name": "ok", "git_dirty": 1}, "git_dirty"),
+        ({"name": "ok", "tags": ["bad tag"]}, "tag"),
+        ({"name": "ok", "status": "discovered"}, "status"),
+    ],
+)
+def test_bad_registrations_get_422_and_write_nothing(
+    team: Team, factory: sessionmaker[Session], body: dict[str, object], field: str
+) -> None:
+    response = team.client.post(RUNS, content=_json(body), headers={
+        **team.headers("bob-write"), "Content-Type": "application/json"})  # fmt: skip
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_input"
+    assert field in response.json()["error"]["message"]
+    with factory() as session:
+        assert session.query(Run).count() == 0
+    assert sorted(p.name for p in (team.settings.storage / "vision").iterdir()) == []
+
+
+def _json(body: dict[str, object]) -> str:
+    import json
+
+    return json.dumps(body)  # allow_nan: the server, not the client, must refuse NaN
+
+
+def test_unknown_project_is_404_with_a_hint(team: Team) -> None:
+    response = team.client.post("/api/v1/projects/nope/runs", json={"name": "x"},
+                                headers=team.headers("bob"))  # fmt: skip
+    assert response.status_code == 404
+    assert "GET /api/v1/projects" in response.json()["error"]["message"]
+
+
+def test_list_filters_and_pages(team: Team) -> None:
+    a = register(team, name="alpha", tags=["x"], group="g1")
+    b = register(team, name="beta", tags=["y"], notes="the good one")
+    c = register(team, name="gamma", tags=["x"])
+    h = team.headers("bob-read")
+
+    def ids(**params: object) -> list[object]:
+        response = team.client.get(RUNS, params=params, headers=h)
+        assert response.status_code == 200, response.text
+        return [r["id"] for r in response.json()["runs"]]
+
+    assert ids() == [c["id"], b["id"], a["id"]]
+    assert ids(tag="x") == [c["id"], a["id"]]
+    assert ids(group="g1") == [a["id"]]
+    assert ids(q="GOOD") == [b["id"]]
+    assert ids(status="finished") == []
+    page = team.client.get(RUNS, params={"limit": 2}, headers=h).json()
+    assert [r["id"] for r in page["runs"]] == [c["id"], b["id"]]
+    rest = team.client.get(RUNS, params={"limit": 2, "cursor": page["next_cursor"]}, headers=h)
+    assert [r["id"] for r in rest.json()["runs"]] == [a["id"]]
+    assert rest.json()["next_cursor"] is None
+    assert team.client.get(RUNS, params={"limit": 0}, headers=h).status_code == 422
+
+
+def test_patch_sets_status_merges_metrics_and_refuses_nonsense(team: Team) -> None:
+    run = register(team)
+    url = f"{RUNS}/{run['id']}"
+    h = team.headers("bob-write")
+    done = team.client.patch(url, json={"status": "finished", "metrics": {"acc": 0.9}}, headers=h)
+    assert done.status_code == 200 and done.json()["finished_at"] is not None
+    more = team.client.patch(url, json={"metrics": {"loss": 0.1}}, headers=h).json()
+    assert more["metrics"] == {"acc": 0.9, "loss": 0.1} and more["status"] == "finished"
+    for bad in ({"metrics": {"acc": True}}, {"metrics": {"acc": "0.9"}}, {"status": "paused"}):
+        response = team.client.patch(url, json=bad, headers=h)
+        assert response.status_code == 422, bad
+    assert team.client.get(url, headers=h).json()["metrics"] == {"acc": 0.9, "loss": 0.1}
+
+
+def test_delete_moves_the_run_to_the_trash_and_restore_brings_it_back(
+    team: Team, factory: sessionmaker[Session]
+) -> None:
+    run = register(team)
+    logdir = Path(str(run["logdir"]))
+    (logdir / "events.out.tfevents.1.host").write_bytes(b"x" * 10)
+    url = f"{RUNS}/{run['id']}"
+    gone = team.client.delete(url, headers=team.headers("bob-write"))
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["retention_state"] == "trashed" and not logdir.exists()
+    assert team.client.delete(url, headers=team.headers("bob-write")).status_code == 409
+    listed = team.client.get(RUNS, headers=team.headers("bob")).json()["runs"]
+    assert run["id"] not in [r["id"] for r in listed]
+    restore(factory, team.settings, str(gone.json()["trash_id"]), actor="test")
+    back = team.client.get(url, headers=team.headers("bob")).json()
+    assert back["retention_state"] == "present" and back["trash_id"] is None
+    assert (logdir / "events.out.tfevents.1.host").read_bytes() == b"x" * 10
+
+
+def test_a_run_from_another_project_is_not_found(team: Team) -> None:
+    run = register(team)
+    response = team.client.get(f"/api/v1/projects/speech/runs/{run['id']}",
+                               headers=team.headers("root"))  # fmt: skip
+    assert response.status_code == 404
