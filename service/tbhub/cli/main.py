@@ -10,6 +10,8 @@ import typer
 from typer._click import exceptions as click_errors
 
 from tbhub.cli import admin
+from tbhub.cli import runs as runs_cli
+from tbhub.cli import user as user_cli
 from tbhub.cli.common import handle_errors, out_console, print_error, runtime_settings
 from tbhub.settings import load_settings
 
@@ -23,6 +25,11 @@ nginx_app = typer.Typer(help="The nginx config tbhub ships.", no_args_is_help=Tr
 app.add_typer(db_app, name="db")
 app.add_typer(nginx_app, name="nginx")
 app.add_typer(admin.app, name="admin")
+app.add_typer(runs_cli.app, name="runs")
+app.command("login")(handle_errors(user_cli.login))
+app.command("run", context_settings={"allow_interspersed_args": False}, no_args_is_help=True)(
+    handle_errors(user_cli.run_command)
+)
 
 
 @app.command()

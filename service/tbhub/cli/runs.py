@@ -1,0 +1,114 @@
+"""`tbhub runs create|list|show|finish`: the run registry from a shell, over the API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from tbhub.cli.common import JsonOption, emit, handle_errors, out_console
+from tbhub.client import Client
+from tbhub.errors import InvalidInput
+
+app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
+                  no_args_is_help=True)  # fmt: skip
+ProjectOption = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT", help="The project.")
+FINAL_STATES = ("finished", "failed", "killed")
+
+
+def parse_pairs(pairs: list[str], *, what: str) -> dict[str, Any]:
+    """['lr=0.1', 'opt=adam'] -> {'lr': 0.1, 'opt': 'adam'}: JSON values where they parse."""
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"{what} {pair!r} is not KEY=VALUE, e.g. --{what} lr=0.1")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        result[key] = value if isinstance(value, str | int | float | bool) else raw
+    return result
+
+
+def print_run(run: dict[str, Any]) -> None:
+    out_console.print(f"run {run['id']} of {run['project']}: {run['path']} ({run['status']})")
+    out_console.print(f"  logdir  {run['logdir']}", highlight=False)
+    for key in ("hparams", "metrics", "tags", "git_commit", "notes", "retention_state"):
+        if run.get(key):
+            out_console.print(f"  {key:8}{run[key]}", highlight=False)
+
+
+@app.command("create")
+@handle_errors
+def create(
+    project: str = ProjectOption,
+    name: str = typer.Option(..., "--name", "-n", help="The run's name."),
+    group: str | None = typer.Option(None, "--group", help="e.g. 'ablations/lr'."),
+    hparam: list[str] = typer.Option([], "--hparam", help="KEY=VALUE (repeat)."),
+    tag: list[str] = typer.Option([], "--tag", help="A tag (repeat)."),
+    notes: str | None = typer.Option(None, "--notes"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Register a run and print its id and logdir."""
+    hparams = parse_pairs(hparam, what="hparam")
+    with Client() as client:
+        run = client.create_run(project, name, group=group, hparams=hparams, tags=tag,
+                                notes=notes)  # fmt: skip
+    emit(run, as_json=as_json, human=lambda: print_run(run))
+
+
+@app.command("list")
+@handle_errors
+def list_(
+    project: str = ProjectOption,
+    status: str | None = typer.Option(None, "--status", help="running, finished, ..."),
+    tag: str | None = typer.Option(None, "--tag"),
+    group: str | None = typer.Option(None, "--group"),
+    query: str | None = typer.Option(None, "--query", "-q", help="Text in path or notes."),
+    limit: int = typer.Option(50, "--limit", min=1, max=500),
+    as_json: bool = JsonOption,
+) -> None:
+    """List runs, newest first."""
+    with Client() as client:
+        page = client.list_runs(project, status=status, tag=tag, group=group, q=query,
+                                limit=limit)  # fmt: skip
+    runs = page["runs"]
+
+    def human() -> None:
+        table = Table("id", "path", "status", "created", "by")
+        for run in runs:
+            table.add_row(str(run["id"]), run["path"], run["status"], run["created_at"][:19],
+                          run["created_by"])  # fmt: skip
+        out_console.print(table)
+
+    emit(runs, as_json=as_json, human=human)
+
+
+@app.command("show")
+@handle_errors
+def show(run_id: int, project: str = ProjectOption, as_json: bool = JsonOption) -> None:
+    """One run, with its logdir, lineage and metrics."""
+    with Client() as client:
+        run = client.get_run(project, run_id)
+    emit(run, as_json=as_json, human=lambda: print_run(run))
+
+
+@app.command("finish")
+@handle_errors
+def finish(
+    run_id: int,
+    project: str = ProjectOption,
+    status: str = typer.Option("finished", "--status", help="finished, failed or killed."),
+    metric: list[str] = typer.Option([], "--metric", help="KEY=NUMBER summary metric (repeat)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Mark how a run ended, with its summary metrics."""
+    if status not in FINAL_STATES:
+        raise InvalidInput(f"--status {status!r} is not one of: {', '.join(FINAL_STATES)}")
+    metrics = parse_pairs(metric, what="metric") or None
+    with Client() as client:
+        run = client.update_run(project, run_id, status=status, metrics=metrics)
+    emit(run, as_json=as_json, human=lambda: print_run(run))
