@@ -128,3 +128,16 @@ def test_openapi_declares_the_bearer_scheme(team: Team) -> None:
     assert schemes["token"] == {"type": "http", "scheme": "bearer", "description": schemes[
         "token"]["description"]}  # fmt: skip
     assert {"token": []} in spec["paths"]["/api/v1/projects/{project}/runs"]["post"]["security"]
+
+
+def test_the_board_gate_lets_a_token_read_the_boards_of_its_projects(team: Team) -> None:
+    def hook(who: str | None, project: str = "vision") -> int:
+        headers = {**team.headers(who), "X-Tbhub-Original-Uri": f"/boards/{project}/data/runs"}
+        return team.client.get("/_auth/board", headers=headers).status_code
+
+    assert hook("bob-read") == 200 and hook("bob-write") == 200
+    assert hook("dave-write-speech") == 403  # not a member of vision
+    assert hook("dave-write-speech", "speech") == 200
+    assert hook("alice-write", "speech") == 403  # alice is no member of speech
+    unknown = {"Authorization": "Bearer tbh_" + "C" * 43, "X-Tbhub-Original-Uri": "/boards/vision/"}
+    assert team.client.get("/_auth/board", headers=unknown).status_code == 401

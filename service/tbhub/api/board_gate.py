@@ -1,8 +1,8 @@
 """The two halves of the board gate nginx puts in front of every board.
 
 - `/_auth/board` is nginx's auth_request hook: 200 with `X-Board-Upstream`, 401 or 403.
-  It runs for every uncached board request, so it reads only the signed cookie and
-  in-memory caches (DESIGN.md, decision 4).
+  It runs for every uncached board request, so it reads only the signed cookie (or a
+  bearer token, through the TokenCache) and in-memory caches (DESIGN.md, decision 4).
 - `/boards/<project>/...` on the control plane answers whatever the board cannot: the
   sign-in redirect, 401/403/404, and the "starting" page while the board comes up.
 """
@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from tbhub.auth.board_origin import BoardOrigins
+from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.boards import BoardView
@@ -66,12 +67,15 @@ class Verdict(enum.Enum):
 
 def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
     """The caller's standing towards `project`, and the project id when allowed: as the
-    signed-in user (or, on a board's own origin, its board session), or else through a
+    signed-in user (or, on a board's own origin, its board session), as a bearer token's
+    user (any scope naming the project: scripts read scalars that way), or else through a
     share link for this very board."""
     origins = context.board_origins
+    if origins is not None and origins.project_of_host(request.headers.get("host")) != project:
+        return Verdict.other_origin, None
+    if request.headers.get("authorization") is not None:
+        return _judge_token(request, context, project)
     if origins is not None:
-        if origins.project_of_host(request.headers.get("host")) != project:
-            return Verdict.other_origin, None
         verdict, project_id = _judge_board_session(request, context, origins, project)
     else:
         verdict, project_id = _judge_session(request, context, project)
@@ -80,6 +84,22 @@ def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict,
         if grant is not None and grant.project == project:
             return Verdict.allowed, grant.project_id
     return verdict, project_id
+
+
+def _judge_token(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
+    try:
+        grant = context.tokens.lookup(bearer_token(request.headers.get("authorization")) or "")
+    except NotAuthenticated:
+        return Verdict.anonymous, None
+    caller = Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
+    access = context.access.lookup(grant.user_id, project)
+    if not access.user_exists:
+        return Verdict.anonymous, None
+    if access.project_id is None:
+        return Verdict.unknown_project, None
+    if effective_role(caller, access) is None:
+        return Verdict.forbidden, None
+    return Verdict.allowed, access.project_id
 
 
 def _share_grant(request: Request, context: AppContext) -> ShareGrant | None:

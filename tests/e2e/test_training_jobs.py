@@ -1,0 +1,259 @@
+"""A training job's side, end to end: `tbhub login`, `tbhub runs`, `tbhub run -- cmd`, and
+the Python client's `Run`, against a real `tbhub serve` behind nginx, with a real board."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tbhub.auth.tokens import create_token
+from tbhub.models import Role, TokenScope
+from tbhub.projects import set_membership
+from tbhub.sample_logs import scalar_value
+from tbhub.users import get_user
+from tests.e2e.harness import TBHUB, TbhubServer, wait_until
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Hub:
+    server: TbhubServer
+    write_token: str
+    read_token: str
+    config: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """A job's environment: the login file, nothing of the server's settings."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TBHUB_")}
+        return {**env, "TBHUB_CLIENT_CONFIG": str(self.config), **extra}
+
+    def tbhub(
+        self, *args: str, stdin: str | None = None, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TBHUB, *args], input=stdin, env=self.env(**extra),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    def api(self, token: str | None = None) -> httpx.Client:
+        client = self.server.client()
+        client.headers["Authorization"] = f"Bearer {token or self.read_token}"
+        return client
+
+    def run(self, run_id: int) -> dict[str, object]:
+        return self.api().get(f"/api/v1/projects/vision/runs/{run_id}").json()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    root = tmp_path_factory.mktemp("hub")
+    server = TbhubServer(root, f"sqlite:///{root / 'tbhub.sqlite3'}")
+    try:
+        server.add_user("bob", "bob-password")
+        server.add_project("vision")
+        with server.db() as session:
+            set_membership(session, project="vision", user="bob", role=Role.editor, actor="test")
+            bob = get_user(session, name="bob")
+            _, write = create_token(session, user=bob, name="job", scope=TokenScope.write,
+                                    projects=["vision"], expires_at=None, actor="test")  # fmt: skip
+            _, read = create_token(session, user=bob, name="reader", scope=TokenScope.read,
+                                   projects=["vision"], expires_at=None, actor="test")  # fmt: skip
+        server.start()
+        hub = Hub(server, write, read, root / "client" / "client.json")
+        login = hub.tbhub("login", "--url", server.base_url, "--token-stdin", stdin=write + "\n")
+        assert login.returncode == 0, login.stderr
+        yield hub
+    finally:
+        server.cleanup()
+
+
+def board_scalars(hub: Hub, run_path: str, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of a tag, read from the board through nginx with a read token."""
+    client = hub.api()
+
+    def loaded() -> list[list[float]] | None:
+        response = client.get("/boards/vision/data/plugin/scalars/scalars",
+                              params={"run": run_path, "tag": tag})  # fmt: skip
+        return response.json() if response.status_code == 200 else None
+
+    rows = wait_until(loaded, timeout=90, what=f"scalars of {run_path}/{tag} on the board")
+    return [(int(step), value) for _, step, value in rows]  # type: ignore[union-attr]
+
+
+def expected_scalars(steps: int) -> list[tuple[int, float]]:
+    return [(s, float(np.float32(scalar_value(0, 0, s)))) for s in range(steps)]
+
+
+WRITE_EVENTS = (
+    "import os, pathlib; from tbhub.sample_logs import write_run; "
+    "write_run(pathlib.Path(os.environ['TBHUB_LOGDIR']), steps=5, tags=1)"
+)
+
+
+# -- login and `tbhub runs` -----------------------------------------------------------------
+
+
+def test_login_file_is_private_and_a_bad_token_saves_nothing(hub: Hub, tmp_path: Path) -> None:
+    assert stat.S_IMODE(hub.config.stat().st_mode) == 0o600
+    assert json.loads(hub.config.read_text())["token"] == hub.write_token
+    other = tmp_path / "other.json"
+    bad = hub.tbhub("login", "--url", hub.server.base_url, "--token-stdin",
+                    stdin="tbh_" + "x" * 43 + "\n", TBHUB_CLIENT_CONFIG=str(other))  # fmt: skip
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ")
+    assert "tbhub login" in bad.stderr and not other.exists()
+
+
+def test_runs_create_list_show_finish(hub: Hub) -> None:
+    made = hub.tbhub("runs", "create", "-p", "vision", "-n", "cli-run", "--hparam", "lr=0.1",
+                     "--hparam", "opt=adam", "--tag", "cli", "--json")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    run = json.loads(made.stdout)
+    assert run["hparams"] == {"lr": 0.1, "opt": "adam"} and Path(run["logdir"]).is_dir()
+    listed = json.loads(hub.tbhub("runs", "list", "-p", "vision", "--tag", "cli", "--json").stdout)
+    assert [r["id"] for r in listed] == [run["id"]]
+    shown = hub.tbhub("runs", "show", str(run["id"]), "-p", "vision")
+    assert run["logdir"] in shown.stdout
+    done = hub.tbhub("runs", "finish", str(run["id"]), "-p", "vision", "--metric", "acc=0.93",
+                     "--json")  # fmt: skip
+    assert json.loads(done.stdout)["status"] == "finished"
+    assert hub.run(run["id"])["metrics"] == {"acc": 0.93}
+
+
+def test_runs_errors_say_what_to_do(hub: Hub) -> None:
+    missing = hub.tbhub("runs", "create", "-p", "nope", "-n", "x")
+    assert missing.returncode == 1 and "GET /api/v1/projects" in missing.stderr
+    as_json = hub.tbhub("runs", "create", "-p", "vision", "-n", "../up", "--json")
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["error"]["code"] == "invalid_input"
+    no_login = hub.tbhub("runs", "list", "-p", "vision", TBHUB_CLIENT_CONFIG="/nonexistent/x")
+    assert no_login.returncode == 1 and "tbhub login" in no_login.stderr
+
+
+# -- `tbhub run -- cmd` ---------------------------------------------------------------------
+
+
+def test_tbhub_run_registers_exports_and_marks_finished(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "-n", "wrapped", "--", sys.executable, "-c",
+                     WRITE_EVENTS + "; print(os.environ['TBHUB_RUN_ID'])")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = hub.run(int(done.stdout.strip()))
+    assert run["status"] == "finished" and run["name"] == "wrapped"
+    assert str(run["command"]).startswith(sys.executable)
+    assert board_scalars(hub, str(run["path"]), "metric/0") == expected_scalars(5)
+
+
+def test_tbhub_run_passes_the_exit_code_and_marks_failed(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "--", sys.executable, "-c",
+                     "import os, sys; print(os.environ['TBHUB_RUN_ID']); sys.exit(3)")  # fmt: skip
+    assert done.returncode == 3
+    assert hub.run(int(done.stdout.strip()))["status"] == "failed"
+
+
+def test_tbhub_run_forwards_sigterm_and_marks_killed(hub: Hub) -> None:
+    script = "import os, time; print(os.environ['TBHUB_RUN_ID'], flush=True); time.sleep(60)"
+    with subprocess.Popen([TBHUB, "run", "-p", "vision", "--", sys.executable, "-c", script],
+                          env=hub.env(), stdout=subprocess.PIPE, text=True) as wrapper:  # fmt: skip
+        try:
+            assert wrapper.stdout is not None
+            run_id = int(wrapper.stdout.readline())
+            wrapper.send_signal(signal.SIGTERM)
+            assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+        finally:
+            if wrapper.poll() is None:
+                wrapper.kill()
+    assert hub.run(run_id)["status"] == "killed"
+
+
+def test_tbhub_run_with_an_unknown_command_registers_nothing_running(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "--", "/nonexistent/train")
+    assert done.returncode == 1 and "check the command" in done.stderr
+
+
+# -- the Python client ----------------------------------------------------------------------
+
+CLIENT_SCRIPT = """
+import os, pathlib, signal, sys
+from tbhub.client import Run
+from tbhub.sample_logs import write_run
+mode = sys.argv[1]
+with Run("vision", "client-" + mode, hparams={"lr": 0.5, "amp": True}) as run:
+    print(run.id if run.active else "inactive", flush=True)
+    if run.active:
+        write_run(pathlib.Path(run.logdir), steps=5, tags=1)
+    if mode == "fail":
+        raise RuntimeError("diverged")
+    if mode == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "exit_code"),
+    [("ok", "finished", 0), ("fail", "failed", 1), ("sigterm", "killed", 128 + 15)],
+)
+def test_client_run_sets_the_status_from_how_the_job_ends(
+    hub: Hub, mode: str, status: str, exit_code: int
+) -> None:
+    done = subprocess.run([sys.executable, "-c", CLIENT_SCRIPT, mode], env=hub.env(),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == exit_code, done.stderr
+    run = hub.run(int(done.stdout.split()[0]))
+    assert run["status"] == status
+    assert run["hparams"] == {"lr": 0.5, "amp": True} and run["host"]
+    if mode == "ok":
+        assert board_scalars(hub, str(run["path"]), "metric/0") == expected_scalars(5)
+
+
+def test_client_run_on_a_rank_other_than_zero_registers_nothing(hub: Hub) -> None:
+    before = hub.api().get("/api/v1/projects/vision/runs", params={"limit": 500}).json()["runs"]
+    for variable in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+        done = subprocess.run([sys.executable, "-c", CLIENT_SCRIPT, "ok"], capture_output=True,
+                              env=hub.env(**{variable: "1"}), text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 0 and done.stdout.strip() == "inactive", done.stderr
+    after = hub.api().get("/api/v1/projects/vision/runs", params={"limit": 500}).json()["runs"]
+    assert len(after) == len(before)
+
+
+def test_client_run_inside_tbhub_run_joins_that_run(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "-n", "outer", "--", sys.executable, "-c",
+                     CLIENT_SCRIPT, "ok")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = hub.run(int(done.stdout.split()[0]))
+    assert run["name"] == "outer" and run["status"] == "finished"
+
+
+def test_client_imports_and_registers_with_only_httpx_installed(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    venv = tmp_path_factory.mktemp("bare-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "httpx"], check=True, timeout=300,
+                   capture_output=True)  # fmt: skip
+    script = textwrap.dedent("""
+        import sys
+        from tbhub.client import Run
+        with Run("vision", "bare") as run:
+            pass
+        heavy = {"fastapi", "sqlalchemy", "pydantic", "tensorboard", "typer", "rich"}
+        print(run.id, run.status, sorted(heavy & set(sys.modules)))
+    """)
+    env = {**hub.env(), "PYTHONPATH": str(REPO / "service")}
+    done = subprocess.run([python, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id, status, loaded = done.stdout.split(maxsplit=2)
+    assert (status, loaded.strip()) == ("finished", "[]")
+    assert hub.run(int(run_id))["name"] == "bare"
