@@ -205,6 +205,18 @@ def get_run(session: Session, *, project_id: int, run_id: int) -> Run:
     return run
 
 
+def is_registered(session: Session, *, project_id: int, run_path: str) -> bool:
+    """A run the registry holds at `run_path`, still in its place."""
+    found = session.scalar(
+        select(Run.id).where(
+            Run.project_id == project_id,
+            Run.path == run_path,
+            Run.retention_state == RetentionState.present,
+        )
+    )
+    return found is not None
+
+
 @dataclass(frozen=True)
 class RunFilter:
     status: list[RunStatus] | None = None

@@ -33,12 +33,16 @@ Action = Callable[[Team, dict[str, str]], httpx.Response]
 _names = count()
 
 
-def _new_run(team: Team) -> int:
+def _register(team: Team) -> dict[str, object]:
     response = team.client.post(
         "/api/v1/projects/vision/runs", json={"name": "fixture"}, headers=team.headers("root")
     )
     assert response.status_code == 201, response.text
-    return int(response.json()["id"])
+    return response.json()  # type: ignore[no-any-return]
+
+
+def _new_run(team: Team) -> int:
+    return int(str(_register(team)["id"]))
 
 
 ACTIONS: dict[str, Action] = {
@@ -51,7 +55,7 @@ ACTIONS: dict[str, Action] = {
         f"/api/v1/projects/vision/runs/{_new_run(t)}", json={"notes": "looks good"}, headers=h
     ),
     "pin run": lambda t, h: t.client.post(
-        "/api/v1/projects/vision/retention/pins", json={"run": "keep/me"}, headers=h
+        "/api/v1/projects/vision/retention/pins", json={"run": _register(t)["path"]}, headers=h
     ),
     "trash run": lambda t, h: t.client.delete(
         f"/api/v1/projects/vision/runs/{_new_run(t)}", headers=h

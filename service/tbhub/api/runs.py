@@ -6,11 +6,25 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from tbhub.api.fields import MAX_INT64, FiniteFloat, HParamValue, Key, PlainStr, TagStr
 from tbhub.auth.caller import require_project
-from tbhub.deps import CallerDep, ContextDep, SessionDep
+from tbhub.bounds import (
+    INT64_MAX,
+    RUN_GROUP_MAX,
+    TAG_MAX,
+    Command,
+    FiniteFloat,
+    GitCommit,
+    GroupName,
+    HParamValue,
+    MetricName,
+    Notes,
+    RunName,
+    ShortText,
+    Tag,
+)
+from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 from tbhub.errors import AlreadyExists, InvalidInput
 from tbhub.jobs.trash import trash_run
 from tbhub.models import RetentionState, Role, Run, RunStatus
@@ -28,24 +42,39 @@ from tbhub.settings import Settings
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
-ProjectName = Annotated[str, Path(max_length=63, description="The project's slug")]
-RunId = Annotated[int, Path(ge=1, le=MAX_INT64)]
+RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
+WHEN = "Registered {}: ISO 8601 with a time zone, e.g. 2026-01-31T12:00Z"
+
+
+def parse_moment(field: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InvalidInput(f"{field}: {value!r} is not an ISO 8601 time with a time zone, "
+                           "e.g. 2026-01-31T12:00Z")  # fmt: skip
+    return moment
 
 
 class RunCreate(BaseModel):
-    name: PlainStr = Field(min_length=1, max_length=100, description="Letters, digits, '._=+,@-'")
-    group: PlainStr | None = Field(
-        default=None, max_length=255, description="Up to 4 parts joined by '/', e.g. 'ablations/lr'"
+    model_config = ConfigDict(extra="forbid")
+
+    name: RunName = Field(description="Letters, digits and '._=+,@-'; no '..'")
+    group: GroupName | None = Field(
+        default=None, description="Up to 4 parts joined by '/', e.g. 'ablations/lr'"
     )
-    hparams: dict[Key, HParamValue] = Field(default_factory=dict, max_length=256)
-    tags: list[TagStr] = Field(default_factory=list, max_length=32)
-    git_commit: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{4,64}$")
-    git_branch: PlainStr | None = Field(default=None, max_length=255)
+    hparams: dict[MetricName, HParamValue] = Field(default_factory=dict, max_length=256)
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    git_commit: GitCommit | None = None
+    git_branch: ShortText | None = None
     git_dirty: StrictBool | None = None
-    dataset_version: PlainStr | None = Field(default=None, max_length=255)
-    command: str | None = Field(default=None, max_length=8192)
-    host: PlainStr | None = Field(default=None, max_length=255)
-    notes: str | None = Field(default=None, max_length=10_000)
+    dataset_version: ShortText | None = None
+    command: Command | None = None
+    host: ShortText | None = None
+    notes: Notes | None = None
     status: RunStatus = RunStatus.running
 
     @field_validator("status")
@@ -59,10 +88,12 @@ class RunCreate(BaseModel):
 class RunPatch(BaseModel):
     """Fields left out stay as they are; metrics are merged into the run's summary."""
 
+    model_config = ConfigDict(extra="forbid")
+
     status: RunStatus | None = None
-    metrics: dict[Key, FiniteFloat] | None = Field(default=None, max_length=256)
-    notes: str | None = Field(default=None, max_length=10_000)
-    tags: list[TagStr] | None = Field(default=None, max_length=32)
+    metrics: dict[MetricName, FiniteFloat] | None = Field(default=None, max_length=256)
+    notes: Notes | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=32)
 
 
 class RunOut(BaseModel):
@@ -138,7 +169,7 @@ class RunPage(BaseModel):
 
 @router.post("/projects/{project}/runs", status_code=201, response_model=RunOut)
 def create_run(
-    project: ProjectName, body: RunCreate, caller: CallerDep, context: ContextDep
+    project: ProjectInPath, body: RunCreate, caller: CallerDep, context: ContextDep
 ) -> RunOut:
     """Register a run: its directory is created and returned as `logdir`."""
     access = require_project(context.access, caller, project, Role.editor)
@@ -168,25 +199,24 @@ def create_run(
 
 @router.get("/projects/{project}/runs", response_model=RunPage)
 def list_project_runs(
-    project: ProjectName,
+    project: ProjectInPath,
     caller: CallerDep,
     context: ContextDep,
     session: SessionDep,
     status: Annotated[list[RunStatus] | None, Query(max_length=5)] = None,
-    tag: Annotated[str | None, Query(max_length=64)] = None,
-    group: Annotated[str | None, Query(max_length=255)] = None,
+    tag: Annotated[str | None, Query(max_length=TAG_MAX)] = None,
+    group: Annotated[str | None, Query(max_length=RUN_GROUP_MAX)] = None,
     q: Annotated[str | None, Query(max_length=200, description="Text in path or notes")] = None,
-    since: Annotated[datetime | None, Query(description="Registered at or after")] = None,
-    until: Annotated[datetime | None, Query(description="Registered before")] = None,
+    since: Annotated[
+        str | None, Query(max_length=40, description=WHEN.format("at or after"))
+    ] = None,
+    until: Annotated[str | None, Query(max_length=40, description=WHEN.format("before"))] = None,
     include_removed: Annotated[bool, Query(description="Also trashed or archived runs")] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: Annotated[int | None, Query(ge=1, le=MAX_INT64)] = None,
+    cursor: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
 ) -> RunPage:
     """Runs, newest first, a page at a time."""
     access = require_project(context.access, caller, project, Role.viewer)
-    for moment in (since, until):
-        if moment is not None and moment.tzinfo is None:
-            raise InvalidInput("give `since` and `until` with a time zone, e.g. 2026-01-31T12:00Z")
     runs, next_cursor = list_runs(
         session,
         project_id=access.project_id,
@@ -195,8 +225,8 @@ def list_project_runs(
             tag=tag,
             group=group,
             text=q,
-            since=since,
-            until=until,
+            since=parse_moment("since", since),
+            until=parse_moment("until", until),
             include_removed=include_removed,
         ),
         limit=limit,
@@ -209,7 +239,11 @@ def list_project_runs(
 
 @router.get("/projects/{project}/runs/{run_id}", response_model=RunOut)
 def read_run(
-    project: ProjectName, run_id: RunId, caller: CallerDep, context: ContextDep, session: SessionDep
+    project: ProjectInPath,
+    run_id: RunId,
+    caller: CallerDep,
+    context: ContextDep,
+    session: SessionDep,
 ) -> RunOut:
     access = require_project(context.access, caller, project, Role.viewer)
     run = get_run(session, project_id=access.project_id, run_id=run_id)
@@ -218,7 +252,7 @@ def read_run(
 
 @router.patch("/projects/{project}/runs/{run_id}", response_model=RunOut)
 def patch_run(
-    project: ProjectName,
+    project: ProjectInPath,
     run_id: RunId,
     body: RunPatch,
     caller: CallerDep,
@@ -243,7 +277,7 @@ def patch_run(
 
 @router.delete("/projects/{project}/runs/{run_id}", response_model=RunOut)
 def delete_run(
-    project: ProjectName, run_id: RunId, caller: CallerDep, context: ContextDep
+    project: ProjectInPath, run_id: RunId, caller: CallerDep, context: ContextDep
 ) -> RunOut:
     """Move the run's directory to the retention trash (restorable by an operator with
     `tbhub admin trash restore <trash_id>` until the grace period ends)."""

@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from tbhub.api.fields import MAX_INT64, PlainStr
 from tbhub.auth.caller import ACTION_WORDS, Caller, effective_role, require_project
 from tbhub.auth.tokens import (
     MAX_TOKEN_DAYS,
+    MIN_TOKEN_DAYS,
     create_token,
     expiry_from_days,
     get_token,
@@ -19,6 +19,7 @@ from tbhub.auth.tokens import (
     revoke_token,
     token_summary,
 )
+from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, TokenName
 from tbhub.deps import CallerDep, ContextDep, SessionDep
 from tbhub.errors import Forbidden, NotFound
 from tbhub.models import ApiToken, Role, TokenScope, User
@@ -28,11 +29,15 @@ router = APIRouter(prefix="/api/v1", tags=["tokens"])
 
 
 class TokenCreate(BaseModel):
-    name: PlainStr = Field(min_length=1, max_length=64, description="A label, e.g. 'ci-train'")
+    model_config = ConfigDict(extra="forbid")
+
+    name: TokenName = Field(description="A label, e.g. 'ci-train'")
     scope: TokenScope = Field(description="read (what a viewer may do) or write (an editor)")
-    projects: list[Annotated[str, Field(max_length=63)]] = Field(min_length=1, max_length=100)
+    projects: list[Annotated[str, Field(min_length=1, max_length=PROJECT_NAME_MAX)]] = Field(
+        min_length=1, max_length=100
+    )
     expires_in_days: float | None = Field(
-        default=None, gt=0, le=MAX_TOKEN_DAYS, allow_inf_nan=False, strict=True
+        default=None, ge=MIN_TOKEN_DAYS, le=MAX_TOKEN_DAYS, allow_inf_nan=False, strict=True
     )
 
 
@@ -96,7 +101,7 @@ def read_tokens(
 
 @router.delete("/tokens/{token_id}", response_model=TokenOut)
 def revoke(
-    token_id: Annotated[int, Path(ge=1, le=MAX_INT64)],
+    token_id: Annotated[int, Path(ge=1, le=INT64_MAX)],
     caller: CallerDep,
     context: ContextDep,
     session: SessionDep,

@@ -31,6 +31,7 @@ TOKEN_SHAPE = re.compile(r"tbh_[A-Za-z0-9_-]{43}")
 TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._@:-]{0,63}")
 MAX_TOKEN_PROJECTS = 100
 MAX_TOKEN_DAYS = 3660
+MIN_TOKEN_DAYS = 1 / 1440  # a minute
 # The role a scope caps a token at.
 SCOPE_ROLE = {TokenScope.read: Role.viewer, TokenScope.write: Role.editor}
 MINT_HINT = "create one with `tbhub admin token create` or POST /api/v1/tokens, then `tbhub login`"
@@ -194,8 +195,8 @@ def parse_scope(value: str) -> TokenScope:
 def expiry_from_days(days: float | None, now: datetime) -> datetime | None:
     if days is None:
         return None
-    if not (0 < days <= MAX_TOKEN_DAYS):
-        raise InvalidInput(f"expiry must be more than 0 and at most {MAX_TOKEN_DAYS} days")
+    if not (MIN_TOKEN_DAYS <= days <= MAX_TOKEN_DAYS):
+        raise InvalidInput(f"expiry must be between a minute and {MAX_TOKEN_DAYS} days")
     return now + timedelta(days=days)
 
 

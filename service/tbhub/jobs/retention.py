@@ -30,6 +30,7 @@ from tbhub.jobs.policy import (
 from tbhub.jobs.scan import RunInfo, measure_dir, scan_projects
 from tbhub.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
+from tbhub.runs import is_registered
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
 
@@ -257,10 +258,11 @@ def check_run_exists(settings: Settings, *, project: str, run_path: str) -> None
 def pin_run(
     session: Session, settings: Settings, *, project: str, run_path: str, actor: str
 ) -> None:
-    """Pin a run that exists now. Pinning ahead of a run's first event file is refused:
-    a typo would otherwise protect nothing and say nothing."""
+    """Pin a run that exists now (or is registered). Pinning ahead of a run's first event
+    file is refused otherwise: a typo would protect nothing and say nothing."""
     row = get_project(session, name=project)
-    check_run_exists(settings, project=project, run_path=run_path)
+    if not is_registered(session, project_id=row.id, run_path=run_path):
+        check_run_exists(settings, project=project, run_path=run_path)
     exists = session.scalar(
         select(PinnedRun).where(PinnedRun.project_id == row.id, PinnedRun.run_path == run_path)
     )
