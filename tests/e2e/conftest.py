@@ -10,6 +10,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from tests.conftest import DATABASES, empty_database
 from tests.e2e.harness import TbhubServer
+from tests.e2e.jobs_hub import Hub, running_hub
 
 pytestmark = pytest.mark.e2e
 
@@ -58,3 +59,10 @@ def browser() -> Iterator[Browser]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """One server per module for the training-job tests (tests/e2e/jobs_hub.py)."""
+    with running_hub(tmp_path_factory.mktemp("hub")) as running:
+        yield running
