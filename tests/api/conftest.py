@@ -41,8 +41,9 @@ class Team:
             return {}
         if who in self.secrets:
             return {"Authorization": f"Bearer {self.secrets[who]}"}
-        cookie = self.client.app.state.context.signer.issue(self.user_ids[who])  # type: ignore[attr-defined]
-        return {"Cookie": f"{SESSION_COOKIE}={cookie}"}
+        context = self.client.app.state.context  # type: ignore[attr-defined]
+        cookie = context.signer.issue(self.user_ids[who])
+        return {"Cookie": f"{SESSION_COOKIE}={cookie}", "X-CSRF-Token": context.csrf.token(cookie)}
 
 
 @pytest.fixture
