@@ -24,6 +24,8 @@ MATRIX: dict[str, list[int]] = {
     "pin run":         [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
     "trash run":       [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
+    "set member":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
+    "share link":      [401, 404, 403, 403, 201, 201, 403, 403, 403, 403, 404],
     "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
     "mint token":      [401, 404, 403, 201, 201, 201, 403, 403, 403, 403, 403],
     "global default":  [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
@@ -62,6 +64,12 @@ ACTIONS: dict[str, Action] = {
     ),
     "set policy": lambda t, h: t.client.put(
         "/api/v1/projects/vision/retention", json={"keep_last": 5}, headers=h
+    ),
+    "set member": lambda t, h: t.client.put(
+        "/api/v1/projects/vision/members/carol", json={"role": "viewer"}, headers=h
+    ),
+    "share link": lambda t, h: t.client.post(
+        "/api/v1/projects/vision/share-links", json={"note": "reviewers"}, headers=h
     ),
     "project tokens": lambda t, h: t.client.get("/api/v1/tokens?project=vision", headers=h),
     "mint token": lambda t, h: t.client.post(
