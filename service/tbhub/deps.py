@@ -18,7 +18,13 @@ from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
-from tbhub.auth.sessions import CookieNames, SessionData, SessionSigner, read_session_cookie
+from tbhub.auth.sessions import (
+    SESSION_COOKIE,
+    CookieNames,
+    SessionData,
+    SessionSigner,
+    read_session_cookie,
+)
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
 from tbhub.auth.tokens import TokenCache
@@ -144,7 +150,10 @@ bearer_scheme = HTTPBearer(
     description="An API token (`tbh_...`) from `tbhub admin token create` or POST /api/v1/tokens",
 )
 cookie_scheme = APIKeyCookie(
-    name=SESSION_COOKIE, auto_error=False, scheme_name="session", description="Browser sign-in"
+    name=SESSION_COOKIE,
+    auto_error=False,
+    scheme_name="session",
+    description="Browser sign-in (`__Host-tbhub_session` behind TLS)",
 )
 
 
