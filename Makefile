@@ -46,6 +46,8 @@ bench: venv
 	$(BIN)/python bench/board_memory.py
 	$(BIN)/python bench/warm_throughput.py
 	$(BIN)/python bench/auth_hook.py
+	$(BIN)/python bench/memory_restart.py
+	$(BIN)/python bench/reconcile_cpu.py
 
 clean:
 	rm -rf $(VENV) tbhub-data .demo

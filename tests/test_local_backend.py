@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +14,9 @@ import pytest
 from tbhub.processes import ProcessRef
 from tbhub.sample_logs import write_run
 from tbhub.supervisor.backends.local import LocalBackend
-from tbhub.supervisor.loop import board_spec, probe_ready
+from tbhub.supervisor.observe import probe_ready
 from tbhub.supervisor.plan import Instance
+from tbhub.supervisor.state import board_spec
 from tests.scripts import write_script
 
 STUBBORN = """\
@@ -28,7 +28,7 @@ time.sleep(600)
 """
 
 
-def make_backend(tmp_path: Path, binary: str, grace: float = 5.0) -> LocalBackend:
+def make_backend(tmp_path: Path, binary: str | None, grace: float = 5.0) -> LocalBackend:
     return LocalBackend(
         state_dir=tmp_path / "boards", owner=str(tmp_path), tensorboard_bin=binary, stop_grace=grace
     )
@@ -60,7 +60,7 @@ def test_tensorboard_starts_listens_on_loopback_and_stops(
     tmp_path: Path, cleanup: list[LocalBackend]
 ) -> None:
     write_run(tmp_path / "storage" / "p" / "run", steps=5, tags=1)
-    backend = make_backend(tmp_path, str(Path(sys.executable).with_name("tensorboard")))
+    backend = make_backend(tmp_path, None)  # tbhub's launcher
     cleanup.append(backend)
     started = backend.start(board_spec("p", str(tmp_path / "storage")))
     ready = wait_for(backend, "ready")

@@ -6,13 +6,29 @@ from dataclasses import replace
 
 import pytest
 
-from tbhub.supervisor.loop import restart_backoff
-from tbhub.supervisor.plan import BoardSpec, Desired, Forget, Instance, Start, Stop, plan
+from tbhub.supervisor.plan import (
+    BoardSpec,
+    Desired,
+    Drain,
+    Forget,
+    Health,
+    Instance,
+    MemoryBackoff,
+    MiB,
+    Plan,
+    Policy,
+    Start,
+    Stop,
+    memory_backoff_seconds,
+    plan,
+)
+from tbhub.supervisor.state import restart_backoff
 
 SPEC = BoardSpec(project="p", logdir="/s/p", path_prefix="/boards/p")
 NEW_SPEC = replace(SPEC, reload_interval=5)
 NOW = 1000.0
 TIMEOUT = 60.0
+POLICY = Policy(start_timeout=TIMEOUT)
 
 
 def inst(iid: str, *, spec: BoardSpec = SPEC, started: float = 990.0, alive: bool = True,
@@ -21,7 +37,7 @@ def inst(iid: str, *, spec: BoardSpec = SPEC, started: float = 990.0, alive: boo
 
 
 def run(desired: dict[str, Desired], actual: list[Instance]) -> tuple[list[str], dict[str, str]]:
-    result = plan(desired, actual, now=NOW, start_timeout=TIMEOUT)
+    result = plan(desired, actual, now=NOW, policy=POLICY)
     described = []
     for action in result.actions:
         if isinstance(action, Start):
@@ -86,7 +102,7 @@ def test_crash_and_timeout_of_wanted_boards_count_as_failures() -> None:
         Instance("slow", "q", desired["q"].spec.fingerprint, NOW - TIMEOUT - 1, True, None, False),
         Instance("stopped-by-hand", "r", desired["r"].spec.fingerprint, 900.0, False, None, False),
     ]
-    assert plan(desired, actual, now=NOW, start_timeout=TIMEOUT).failed == {"p", "q"}
+    assert plan(desired, actual, now=NOW, policy=POLICY).failed == {"p", "q"}
 
 
 def test_restart_backoff_doubles_up_to_five_minutes() -> None:
@@ -98,7 +114,7 @@ def test_ready_board_reports_the_upstream_of_the_current_spec() -> None:
         {"p": Desired(NEW_SPEC, running=True)},
         [inst("old", ready=True, upstream="127.0.0.1:1"),
          inst("new", spec=NEW_SPEC, ready=True, started=995, upstream="127.0.0.1:2")],
-        now=NOW, start_timeout=TIMEOUT,
+        now=NOW, policy=POLICY,
     )  # fmt: skip
     assert result.observed["p"].upstream == "127.0.0.1:2"
     assert result.observed["p"].instance_id == "new"
@@ -110,3 +126,258 @@ def test_spec_fingerprint_changes_with_any_field() -> None:
     assert (
         SPEC.fingerprint != replace(SPEC, extra_args=("--samples_per_plugin=images=0",)).fingerprint
     )
+
+
+# -- healing: memory limit, hung boards, blue/green drain, memory budget ------------------------
+
+LIMIT = 200 * MiB
+OLD = 500.0  # started long before NOW: past its first minutes
+HEAL = Policy(start_timeout=TIMEOUT, hung_after=3, over_limit_after=2, drain_hold=7,
+              drain_max=300, runs_wait=30, memory_fresh=300)  # fmt: skip
+RUNS = frozenset({"run-a", "run-b"})
+
+
+def want(**changes: object) -> dict[str, Desired]:
+    return {"p": replace(Desired(SPEC, running=True, memory_limit=LIMIT, serving="old"), **changes)}  # type: ignore[arg-type]
+
+
+def board(iid: str, *, started: float = OLD, ready: bool = True, pss: int | None = 100 * MiB,
+          active: int = 0, runs: frozenset[str] | None = None, project: str = "p") -> Instance:  # fmt: skip
+    return Instance(iid, project, SPEC.fingerprint, started, True, f"127.0.0.1:{len(iid)}",
+                    ready, pss, active, runs)  # fmt: skip
+
+
+def seen(ready_at: float | None = 900.0, probe_failures: int = 0, over_limit: int = 0) -> Health:
+    return Health(ready_at=ready_at, probe_failures=probe_failures, over_limit=over_limit)
+
+
+def describe(result: Plan) -> list[str]:
+    described = []
+    for action in result.actions:
+        if isinstance(action, Start):
+            described.append(f"start {action.spec.project} ({action.reason})")
+        elif isinstance(action, Stop):
+            described.append(f"{'kill' if action.force else 'stop'} {action.instance.instance_id}")
+        else:
+            described.append(f"forget {action.instance.instance_id}")
+    described += [f"drain {iid}" for iid in result.drains.values() if iid]
+    described += [f"evict {project}" for project in result.evicted]
+    return sorted(described)
+
+
+HEAL_CASES = [
+    # (name, desired, actual, health, actions, serving instance)
+    ("over the limit once: nothing yet", want(), [board("old", pss=300 * MiB)], {},
+     [], "old"),
+    ("over the limit twice: replacement starts, old keeps serving", want(),
+     [board("old", pss=300 * MiB)], {"old": seen(over_limit=1)},
+     ["start p (memory)"], "old"),
+    ("back under the limit: the count starts again", want(),
+     [board("old", pss=150 * MiB)], {"old": seen(over_limit=1)}, [], "old"),
+    ("no limit: never a memory restart", want(memory_limit=None),
+     [board("old", pss=900 * MiB)], {"old": seen(over_limit=5)}, [], "old"),
+    ("replacement starting: wait, old serves", want(),
+     [board("old", pss=300 * MiB), board("new", started=990, ready=False)],
+     {"old": seen(over_limit=2)}, [], "old"),
+    ("replacement ready but missing runs: old serves", want(),
+     [board("old", pss=300 * MiB, runs=RUNS), board("new", started=990, runs=frozenset({"run-a"}))],
+     {"old": seen(over_limit=2), "new": seen(ready_at=NOW - 5)}, [], "old"),
+    ("replacement lists the old runs: switch, old drains", want(),
+     [board("old", pss=300 * MiB, runs=RUNS), board("new", started=990, runs=RUNS)],
+     {"old": seen(over_limit=2), "new": seen(ready_at=NOW - 1)}, ["drain old"], "new"),
+    ("replacement ready long enough: switch even without the runs", want(),
+     [board("old", pss=300 * MiB), board("new", started=900)],
+     {"old": seen(over_limit=2), "new": seen(ready_at=NOW - 31)}, ["drain old"], "new"),
+    ("draining within the hold: old still alive", want(serving="new", draining=Drain("old", NOW - 3)),
+     [board("old", pss=300 * MiB), board("new", started=990)],
+     {"old": seen(over_limit=2), "new": seen()}, [], "new"),
+    ("hold over but requests in flight: wait", want(serving="new", draining=Drain("old", NOW - 8)),
+     [board("old", pss=300 * MiB, active=2), board("new", started=990)],
+     {"old": seen(over_limit=2), "new": seen()}, [], "new"),
+    ("hold over and idle: stop the old", want(serving="new", draining=Drain("old", NOW - 8)),
+     [board("old", pss=300 * MiB), board("new", started=990)],
+     {"old": seen(over_limit=2), "new": seen()}, ["stop old"], "new"),
+    ("requests never end: stop after the drain bound", want(serving="new", draining=Drain("old", NOW - 301)),
+     [board("old", pss=300 * MiB, active=1), board("new", started=990)],
+     {"old": seen(over_limit=2), "new": seen()}, ["stop old"], "new"),
+    ("one failed probe: a ready board keeps serving", want(),
+     [board("old", ready=False)], {"old": seen(probe_failures=1)}, [], "old"),
+    ("third failed probe: hung, a replacement starts first", want(),
+     [board("old", ready=False)], {"old": seen(probe_failures=2)}, ["start p (hung)"], None),
+    ("hung and replacement ready: kill the hung group", want(),
+     [board("old", ready=False), board("new", started=990)],
+     {"old": seen(probe_failures=5), "new": seen()}, ["kill old"], "new"),
+    ("operator asked for a restart: replacement starts, old serves", want(restart_after=NOW - 1),
+     [board("old")], {"old": seen()}, ["start p (admin)"], "old"),
+    ("restart asked before the replacement started: it is not replaced again",
+     want(restart_after=980.0, serving="new"), [board("new", started=990)], {"new": seen()}, [], "new"),
+    ("crash after earlier failures: the restart says crash", want(serving=None, failures=2), [],
+     {}, ["start p (crash)"], None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "desired", "actual", "health", "actions", "serving"),
+    HEAL_CASES,
+    ids=[c[0] for c in HEAL_CASES],
+)
+def test_heal_table(name: str, desired: dict[str, Desired], actual: list[Instance],
+                    health: dict[str, Health], actions: list[str], serving: str | None) -> None:  # fmt: skip
+    result = plan(desired, actual, now=NOW, policy=HEAL, health=health)
+    assert describe(result) == sorted(actions)
+    assert result.observed["p"].instance_id == serving
+
+
+def test_over_the_limit_soon_after_start_backs_off_instead_of_restarting() -> None:
+    fresh = board("old", started=NOW - 60, pss=300 * MiB)
+    result = plan(want(), [fresh], now=NOW, policy=HEAL, health={"old": seen(over_limit=1)})
+    assert describe(result) == []
+    assert result.memory_backoff["p"] == MemoryBackoff(1, NOW + 60)
+    note = result.observed["p"].note
+    assert note is not None and note.startswith("memory limit below what this board needs")
+    assert result.observed["p"].state == "ready"
+
+
+def test_memory_backoff_doubles_from_one_minute_to_an_hour() -> None:
+    assert [memory_backoff_seconds(n, 3600) for n in (1, 2, 3, 6, 7, 20)] == [
+        60,
+        120,
+        240,
+        1920,
+        3600,
+        3600,
+    ]
+
+
+def test_during_the_backoff_an_old_board_over_its_limit_is_left_alone() -> None:
+    desired = want(memory_backoffs=2, memory_retry_at=NOW + 100)
+    result = plan(desired, [board("old", pss=300 * MiB)], now=NOW, policy=HEAL,
+                  health={"old": seen(over_limit=4)})  # fmt: skip
+    assert describe(result) == []
+    assert "no memory restart before 1970-01-01 00:18:20 UTC" in (result.observed["p"].note or "")
+
+
+def test_after_the_backoff_an_old_board_over_its_limit_is_replaced() -> None:
+    desired = want(memory_backoffs=2, memory_retry_at=NOW - 1)
+    result = plan(desired, [board("old", pss=300 * MiB)], now=NOW, policy=HEAL,
+                  health={"old": seen(over_limit=4)})  # fmt: skip
+    assert describe(result) == ["start p (memory)"]
+
+
+def test_a_board_that_outlives_its_first_minutes_within_the_limit_clears_the_backoff() -> None:
+    desired = want(memory_backoffs=3, memory_retry_at=NOW - 1)
+    result = plan(desired, [board("old")], now=NOW, policy=HEAL, health={"old": seen()})
+    assert result.memory_backoff["p"] == MemoryBackoff(0, None)
+
+
+def test_health_counts_failed_probes_and_observations_over_the_limit() -> None:
+    result = plan(want(), [board("old", ready=False, pss=300 * MiB)], now=NOW, policy=HEAL,
+                  health={"old": seen(probe_failures=1, over_limit=1)})  # fmt: skip
+    assert result.health["old"] == Health(ready_at=900.0, probe_failures=2, over_limit=2)
+    unmeasured = plan(want(), [board("old", pss=None)], now=NOW, policy=HEAL,
+                      health={"old": seen(over_limit=1)})  # fmt: skip
+    assert unmeasured.health["old"].over_limit == 1, "a pass without a measurement keeps the count"
+
+
+def test_a_starting_board_whose_probe_fails_is_starting_not_hung() -> None:
+    result = plan(want(serving=None), [board("new", started=NOW - 10, ready=False)], now=NOW,
+                  policy=HEAL, health={"new": Health(probe_failures=0)})  # fmt: skip
+    assert describe(result) == []
+    assert result.observed["p"].state == "starting"
+
+
+# -- the memory budget ------------------------------------------------------------------------
+
+BUDGET = replace(HEAL, budget=500 * MiB, reading_window=120)
+
+
+def project_want(name: str, *, running: bool = True, last_access: float = NOW - 600,
+                 pinned: bool = False, serving: str | None = None) -> Desired:  # fmt: skip
+    spec = replace(SPEC, project=name, logdir=f"/s/{name}", path_prefix=f"/boards/{name}")
+    return Desired(spec, running=running, last_access=last_access, pinned=pinned,
+                   serving=serving or f"{name}-1")  # fmt: skip
+
+
+def live(name: str, pss: int = 200 * MiB) -> Instance:
+    spec = project_want(name).spec
+    return Instance(f"{name}-1", name, spec.fingerprint, OLD, True, "127.0.0.1:9", True, pss)
+
+
+def test_budget_with_room_starts_the_board() -> None:
+    desired = {"a": project_want("a"), "c": project_want("c", last_access=NOW)}
+    result = plan(desired, [live("a")], now=NOW, policy=BUDGET)
+    assert describe(result) == ["start c (None)"]
+
+
+def test_budget_full_stops_the_least_recently_used_idle_board_first() -> None:
+    desired = {
+        "a": project_want("a", last_access=NOW - 900),
+        "b": project_want("b", last_access=NOW - 600),
+        "c": project_want("c", last_access=NOW),
+    }
+    result = plan(desired, [live("a"), live("b")], now=NOW, policy=BUDGET)
+    assert describe(result) == ["evict a", "stop a-1"]
+    assert result.observed["a"].state == "stopped"
+    assert "waiting for memory: stopping a" in (result.observed["c"].note or "")
+
+
+def test_budget_never_evicts_pinned_boards_or_boards_someone_reads() -> None:
+    desired = {
+        "a": project_want("a", pinned=True, last_access=NOW - 900),
+        "b": project_want("b", last_access=NOW - 30),
+        "c": project_want("c", last_access=NOW),
+    }
+    result = plan(desired, [live("a"), live("b")], now=NOW, policy=BUDGET)
+    assert describe(result) == []
+    assert result.observed["c"].state == "no_capacity"
+    assert (result.observed["c"].note or "").startswith("no capacity right now")
+
+
+def test_budget_counts_a_replacement_as_no_new_board() -> None:
+    desired = {"a": replace(project_want("a"), memory_limit=LIMIT)}
+    over = replace(live("a", pss=450 * MiB))
+    result = plan(desired, [over], now=NOW, policy=BUDGET, health={"a-1": seen(over_limit=1)})
+    assert describe(result) == ["start a (memory)"]
+
+
+def test_budget_uses_the_last_measured_pss_on_passes_that_measure_nothing() -> None:
+    desired = {
+        "a": replace(project_want("a", last_access=NOW - 900), last_pss=200 * MiB),
+        "b": replace(project_want("b", last_access=NOW - 600), last_pss=200 * MiB),
+        "c": project_want("c", last_access=NOW),
+    }
+    unmeasured = [replace(live("a"), pss_bytes=None), replace(live("b"), pss_bytes=None)]
+    budget = replace(BUDGET, budget=700 * MiB, board_estimate=400 * MiB)
+    result = plan(desired, unmeasured, now=NOW, policy=budget)
+    assert describe(result) == ["start c (None)"], "200 + 200 + 200 fits in 700"
+
+
+def test_a_board_being_replaced_or_drained_is_marked_swapping() -> None:
+    def swapping(actual: list[Instance], **changes: object) -> bool:
+        result = plan(want(**changes), actual, now=NOW, policy=HEAL,
+                      health={i.instance_id: seen(over_limit=2) if i.instance_id == "old" else seen()
+                              for i in actual})  # fmt: skip
+        return result.observed["p"].swapping
+
+    assert swapping([board("old", pss=300 * MiB)]), "the replacement starts in this pass"
+    assert swapping([board("old", pss=300 * MiB), board("new", started=990, ready=False)])
+    assert swapping([board("old"), board("new", started=990)], serving="new",
+                    draining=Drain("old", NOW - 1))  # fmt: skip
+    assert not swapping([board("old", pss=100 * MiB)])
+
+
+def test_a_project_with_a_link_out_of_it_gets_no_board_and_its_board_is_killed() -> None:
+    desired = want(unsafe_link="run-x -> /storage/other/run")
+    result = plan(desired, [board("old")], now=NOW, policy=HEAL, health={"old": seen()})
+    assert describe(result) == ["kill old"]
+    observed = result.observed["p"]
+    assert observed.state == "failed" and observed.upstream is None
+    assert "the symlink run-x -> /storage/other/run leads outside" in (observed.error or "")
+    assert describe(plan(desired, [], now=NOW, policy=HEAL)) == [], "and none starts"
+
+
+def test_a_board_a_fast_pass_did_not_probe_keeps_its_counts() -> None:
+    unprobed = replace(board("old", ready=False), probed=False)
+    result = plan(want(), [unprobed], now=NOW, policy=HEAL, health={"old": seen(probe_failures=2)})
+    assert result.health["old"].probe_failures == 2, "neither a failure nor a success"
+    assert describe(result) == [] and result.observed["p"].instance_id == "old"

@@ -14,6 +14,7 @@ from tbhub.projects import create_project
 from tbhub.settings import Settings
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.loop import Supervisor
+from tbhub.supervisor.plan import Policy
 from tests.scripts import write_script
 
 IDLE_FOREVER = "import time\ntime.sleep(600)\n"
@@ -42,7 +43,8 @@ def test_project_dir_swapped_for_a_symlink_out_of_the_root_gets_no_board(
     )  # fmt: skip
     supervisor = Supervisor(
         factory=factory, backend=backend, tracker=AccessTracker(),
-        storage_root=str(settings.storage), idle_timeout=600, start_timeout=60, interval=60,
+        storage_root=str(settings.storage), idle_timeout=600, interval=60,
+        policy=Policy(start_timeout=60),
     )  # fmt: skip
     try:
         supervisor.reconcile_once()

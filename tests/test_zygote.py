@@ -24,8 +24,9 @@ from tbhub.settings import Settings
 from tbhub.supervisor import forked_board, zygote
 from tbhub.supervisor.backends.launch import ZygoteLauncher
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV, LocalBackend
-from tbhub.supervisor.loop import board_spec, probe_ready
+from tbhub.supervisor.observe import probe_ready
 from tbhub.supervisor.plan import Instance
+from tbhub.supervisor.state import board_spec
 from tests.scripts import write_script
 
 TENSORBOARD = str(Path(sys.executable).with_name("tensorboard"))
@@ -129,7 +130,8 @@ def test_forked_board_serves_runs_and_looks_like_an_exec_board(
         assert environ[OWNER_ENV] == str(tmp_path)
         assert environ[INSTANCE_ENV] == board.instance_id
         assert forked_board.SLOT_ENV not in environ
-    assert process.rlimit(psutil.RLIMIT_NOFILE) == resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert process.rlimit(psutil.RLIMIT_NOFILE) == (hard, hard), "the launcher raises it"
     assert "TensorBoard" in backend.log_tail(board)
     assert_web_assets_served(board)
 

@@ -17,7 +17,17 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import transaction
-from tbhub.models import Board, DesiredState, ObservedState
+from tbhub.models import Board, BoardSettings, DesiredState, ObservedState
+
+# The hook's board snapshot is at most this old (BoardDirectory's ttl).
+SNAPSHOT_TTL = 1.0
+
+
+def upstream_hold_seconds(auth_cache_seconds: float) -> float:
+    """After the upstream of a board changes, how long requests may still be sent to the old
+    one: the hook's snapshot age, nginx's cached "let in" answer, and a second for a request
+    that read the answer just before it expired."""
+    return SNAPSHOT_TTL + auth_cache_seconds + 1.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,14 @@ class BoardView:
     observed: ObservedState
     upstream: str | None
     failures: int
+    note: str | None = None
+    # A replacement is on its way or the old board drains: nginx should not cache the
+    # upstream, so readers move to the new board as soon as the directory does.
+    swapping: bool = False
+
+    @property
+    def no_capacity(self) -> bool:
+        return self.observed == ObservedState.no_capacity
 
     @property
     def serving(self) -> bool:
@@ -40,7 +58,7 @@ class BoardDirectory:
         self,
         factory: sessionmaker[Session],
         *,
-        ttl: float = 1.0,
+        ttl: float = SNAPSHOT_TTL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
@@ -65,6 +83,8 @@ class BoardDirectory:
                     Board.observed_state,
                     Board.upstream,
                     Board.failures,
+                    Board.status_note,
+                    Board.swapping,
                 )
             ).all()
         self._views = {row[0]: BoardView(*row) for row in rows}
@@ -129,10 +149,14 @@ def flush_access(session: Session, accesses: dict[int, datetime]) -> None:
 
 
 def cull_idle_boards(session: Session, *, now: datetime, idle_timeout: float) -> list[int]:
-    """Mark boards nobody has used for `idle_timeout` seconds as not wanted."""
+    """Mark boards nobody has used for `idle_timeout` seconds as not wanted; pinned ones stay."""
     cutoff = now - timedelta(seconds=idle_timeout)
     idle = []
-    for board in session.scalars(select(Board).where(Board.desired_state == DesiredState.running)):
+    pinned = select(BoardSettings.project_id).where(BoardSettings.pinned.is_(True))
+    running = select(Board).where(
+        Board.desired_state == DesiredState.running, Board.project_id.not_in(pinned)
+    )
+    for board in session.scalars(running):
         last_seen = max(t for t in (board.last_access_at, board.desired_at) if t is not None)
         if last_seen < cutoff:
             board.desired_state = DesiredState.stopped

@@ -34,6 +34,7 @@ from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
 from tbhub.models import User
 from tbhub.settings import Settings
+from tbhub.supervisor.metrics import SupervisorMetrics
 
 
 @dataclass
@@ -53,6 +54,7 @@ class AppContext:
     board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
+    board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
 
 
 def client_address(request: Request) -> str:

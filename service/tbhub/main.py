@@ -14,6 +14,7 @@ from tbhub import __version__
 from tbhub.api import (
     audit,
     board_gate,
+    boards,
     csrf,
     health,
     members,
@@ -134,6 +135,7 @@ def create_app(
     app.include_router(members.router)
     app.include_router(users.router)
     app.include_router(teams.router)
+    app.include_router(boards.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(oidc.router)

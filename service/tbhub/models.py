@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Enum,
     Float,
@@ -72,6 +73,15 @@ class ObservedState(enum.StrEnum):
     ready = "ready"
     stopping = "stopping"
     failed = "failed"
+    no_capacity = "no_capacity"  # the host's memory budget has no room and nothing can go
+
+
+class RestartReason(enum.StrEnum):
+    memory = "memory"
+    crash = "crash"
+    hung = "hung"
+    spec = "spec"
+    admin = "admin"
 
 
 class User(Base):
@@ -202,8 +212,42 @@ class Board(Base):
     # Consecutive crashes or failed starts, and when the next start may be tried.
     failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # -- healing (supervisor/plan.py) --
+    # A standing condition shown with the status (memory backoff, no capacity).
+    status_note: Mapped[str | None] = mapped_column(Text)
+    pss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # The instance that stopped serving at `draining_since` and finishes its requests.
+    draining_instance_id: Mapped[str | None] = mapped_column(String(64))
+    draining_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A memory limit below the working set: backoff level and no memory restart before.
+    memory_backoffs: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    memory_retry_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A replacement starts or the old board drains (the auth hook then caches nothing).
+    swapping: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # An operator asked for a restart: instances started before this are replaced.
+    restart_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Restarts so far by reason (RestartReason values -> count).
+    restarts: Mapped[dict[str, int] | None] = mapped_column(JSON, default=dict)
 
     project: Mapped[Project] = relationship(back_populates="board")
+
+
+class BoardSettings(Base):
+    """A project's board settings; NULL inherits the global default."""
+
+    __tablename__ = "board_settings"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    reload_interval: Mapped[int | None] = mapped_column(Integer)
+    samples_per_plugin: Mapped[str | None] = mapped_column(String(255))
+    memory_limit: Mapped[int | None] = mapped_column(BigInteger)
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Plugins that are off by default and that this project opted back into.
+    plugins: Mapped[list[str]] = mapped_column(JSON, default=list)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_by: Mapped[str] = mapped_column(String(64))
 
 
 class AuditEvent(Base):

@@ -109,3 +109,17 @@ def group_pss_bytes(ref: ProcessRef, label: tuple[str, str] | None = None) -> in
         except (psutil.Error, AttributeError):
             continue
     return total
+
+
+def established_connections(ref: ProcessRef, port: int) -> int:
+    """Connections the process serves on its listening `port` right now (requests in flight)."""
+    leader = ref.leader()
+    if leader is None:
+        return 0
+    try:
+        connections = leader.net_connections(kind="tcp")
+    except (psutil.Error, AttributeError):
+        return 0
+    return sum(
+        1 for c in connections if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port
+    )

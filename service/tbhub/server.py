@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import resource
 from pathlib import Path
 from typing import IO
 
@@ -17,16 +16,11 @@ from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.settings import Settings, prepare_runtime
 from tbhub.supervisor.backends.local import LocalBackend
-from tbhub.supervisor.loop import Supervisor
+from tbhub.supervisor.board_process import raise_open_file_limit
+from tbhub.supervisor.loop import Supervisor, policy_from_settings
+from tbhub.supervisor.state import Limits
 
 log = logging.getLogger("tbhub")
-
-
-def raise_open_file_limit() -> None:
-    """RustBoard keeps one descriptor per live event file (TensorBoard #4955); boards inherit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def hold_data_dir_lock(data_dir: Path) -> IO[str]:
@@ -46,6 +40,8 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # One line per health probe every few seconds per board says nothing an operator needs.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     prepare_runtime(settings)
     lock = lock or hold_data_dir_lock(settings.data_dir)
     upgrade(settings.db_url)
@@ -65,8 +61,11 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
         tracker=context.tracker,
         storage_root=str(settings.storage),
         idle_timeout=settings.idle_timeout,
-        start_timeout=settings.board_start_timeout,
         interval=settings.reconcile_interval,
+        policy=policy_from_settings(settings),
+        limits=Limits(memory_limit=int(settings.board_memory_limit) or None),
+        probe_timeout=settings.board_probe_timeout,
+        metrics=context.board_metrics,
     )
     context.wake_supervisor = supervisor.wake
     jobs = start_jobs(settings, context.factory)
@@ -87,6 +86,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
             proxy_headers=False,
         )
     finally:
+        log.info("tbhub serve stopped")
         backend.close()
         jobs.stop()
         if nginx is not None:

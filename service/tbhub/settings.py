@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,11 +26,6 @@ MIN_SECRET_LENGTH = 32
 
 def _config_file() -> Path:
     return Path(os.environ.get("TBHUB_CONFIG", "tbhub.toml"))
-
-
-def _default_tensorboard_bin() -> str:
-    beside_python = Path(sys.executable).with_name("tensorboard")
-    return str(beside_python) if beside_python.exists() else "tensorboard"
 
 
 class Settings(BaseSettings):
@@ -85,8 +79,11 @@ class Settings(BaseSettings):
         description="Signs session cookies. Generated into <data_dir>/secret_key when unset.",
     )
     nginx_bin: str = Field(default="nginx", description="Path to the nginx binary.")
-    tensorboard_bin: str = Field(
-        default_factory=_default_tensorboard_bin, description="Path to the tensorboard binary."
+    tensorboard_bin: str | None = Field(
+        default=None,
+        description="A program to run as each board instead of tbhub's launcher (`python -m "
+        "tbhub.supervisor.board_process`, TensorBoard with off-by-default plugins left out). "
+        "It gets the launcher's arguments, --tbhub_disable_plugins first.",
     )
     board_domain: str | None = Field(
         default=None,
@@ -235,6 +232,37 @@ class Settings(BaseSettings):
         description='Extra rsync arguments for backups, as a JSON list (e.g. ["--bwlimit=50m"]).',
     )
 
+    # Boards that heal themselves (supervisor/plan.py): memory limit, hung boards, budget.
+    board_memory_limit: ByteSize = Field(
+        default=ByteSize(2 * 1024**3),
+        description="PSS a board's processes (TensorBoard and its data server) may use before "
+        "it is replaced blue/green; units like 2GiB or 500MB. 0: no limit. Projects can "
+        "override it (`tbhub admin board set`).",
+    )
+    board_memory_budget: ByteSize | None = Field(
+        default=None,
+        description="Sum of board PSS allowed on this host; starting a board beyond it first "
+        "stops the least recently used idle boards. Defaults to half of the host's memory "
+        "(or of the cgroup limit in a container). 0: no budget.",
+    )
+    board_memory_fresh_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A board over its memory limit this soon after starting needs more than "
+        "the limit allows: instead of restarting it, memory restarts back off (1, 2, 4 ... 60 "
+        "minutes) and the status says so.",
+    )
+    board_hung_probes: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Health probes in a row a ready board may fail or time out before it counts "
+        "as hung and is replaced.",
+    )
+    board_probe_timeout: float = Field(
+        default=2.0, gt=0, le=60, description="Seconds a board's health probe may take."
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -302,6 +330,28 @@ class Settings(BaseSettings):
     @property
     def api_address(self) -> str:
         return f"127.0.0.1:{self.api_port}"
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """The board memory budget in bytes; None when turned off with 0."""
+        if self.board_memory_budget is None:
+            return host_memory_bytes() // 2
+        return int(self.board_memory_budget) or None
+
+
+def host_memory_bytes() -> int:
+    """Physical memory, or the cgroup (v2 or v1) memory limit when that is lower."""
+    import psutil
+
+    total = int(psutil.virtual_memory().total)
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            raw = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if raw.isdigit():
+            total = min(total, int(raw))
+    return total
 
 
 def load_settings(**overrides: Any) -> Settings:

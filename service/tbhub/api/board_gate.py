@@ -49,6 +49,8 @@ ORIGINAL_URI = "x-tbhub-original-uri"
 # nginx caches a "go to this board" answer this long (seconds); starting answers not at all.
 AUTH_CACHE_SECONDS = 5
 RETRY_AFTER_SECONDS = 2
+# With no room for a board, asking again every 2 s would only load the control plane.
+NO_CAPACITY_RETRY_SECONDS = 30
 
 
 def auth_cache_seconds(idle_timeout: float) -> int:
@@ -179,10 +181,8 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     assert project_id is not None
     view = _board_for(context, project_id)
     if view is not None and view.serving:
-        headers = {
-            "X-Board-Upstream": str(view.upstream),
-            "X-Accel-Expires": str(auth_cache_seconds(context.settings.idle_timeout)),
-        }
+        cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
+        headers = {"X-Board-Upstream": str(view.upstream), "X-Accel-Expires": str(cache)}
     else:
         headers = {"X-Board-Upstream": context.settings.api_address, "X-Accel-Expires": "0"}
     return Response(status_code=200, headers=headers)
@@ -233,6 +233,8 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
         )
     assert project_id is not None
     view = _board_for(context, project_id)
+    if view is not None and view.no_capacity:
+        return _no_capacity(request, project, view, html=html)
     failed = view is not None and (view.observed == ObservedState.failed or view.failures > 0)
     headers = {"Cache-Control": "no-store", "Retry-After": str(RETRY_AFTER_SECONDS)}
     if html:
@@ -250,4 +252,19 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
         },
         status_code=503,
         headers=headers,
+    )
+
+
+def _no_capacity(request: Request, project: str, view: BoardView, *, html: bool) -> Response:
+    """The host's board memory budget is full and no board can be stopped for this one."""
+    reason = view.note or "no capacity right now: the host's board memory budget is full"
+    headers = {"Cache-Control": "no-store", "Retry-After": str(NO_CAPACITY_RETRY_SECONDS)}
+    if html:
+        context = {"project": project, "reason": reason, "retry": NO_CAPACITY_RETRY_SECONDS}
+        page = render(request, "no_capacity.html", context, status_code=503)
+        page.headers.update(headers)
+        return page
+    message = f"{reason}; retry in {NO_CAPACITY_RETRY_SECONDS}s"
+    return JSONResponse(
+        {"error": {"code": "no_capacity", "message": message}}, status_code=503, headers=headers
     )

@@ -1,4 +1,5 @@
-"""/metrics in the Prometheus text format: backup recovery point and last result, trash."""
+"""/metrics in the Prometheus text format: backups, trash, and boards (states, memory,
+restarts by reason, start latency, reconcile pass duration)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import func, select
 
-from tbhub.deps import SessionDep
+from tbhub.board_settings import board_rows
+from tbhub.deps import ContextDep, SessionDep
 from tbhub.jobs.backup import last_runs
-from tbhub.models import TrashEntry
+from tbhub.models import ObservedState, RestartReason, TrashEntry
+from tbhub.supervisor.metrics import board_lines
 
 router = APIRouter(tags=["health"])
 
@@ -47,7 +50,12 @@ def metrics_text(session: SessionDep, now: float) -> str:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(session: SessionDep) -> PlainTextResponse:
-    return PlainTextResponse(
-        metrics_text(session, time.time()), media_type="text/plain; version=0.0.4"
+def metrics(session: SessionDep, context: ContextDep) -> PlainTextResponse:
+    boards = board_lines(
+        board_rows(session, context.settings),
+        states=[s.value for s in ObservedState],
+        reasons=[r.value for r in RestartReason],
+        budget=context.settings.memory_budget_bytes,
     )
+    text = metrics_text(session, time.time()) + "\n".join([*boards, *context.board_metrics.lines()])
+    return PlainTextResponse(text + "\n", media_type="text/plain; version=0.0.4")

@@ -1,54 +1,73 @@
-"""`tbhub admin board ...`: what the supervisor sees of each board, and why one failed."""
+"""`tbhub admin board ...`: board state, memory and restarts; restart, stop, pin and settings.
+
+Every command only writes desired state; the supervisor of `tbhub serve` acts on its next
+pass (within TBHUB_RECONCILE_INTERVAL seconds).
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import typer
+from pydantic import ByteSize, TypeAdapter, ValidationError
 from rich.table import Table
 
+from tbhub.board_settings import (
+    UNSET,
+    SettingsChange,
+    describe_board,
+    request_restart,
+    request_stop,
+    update_settings,
+)
 from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
     handle_errors,
+    human_bytes,
     out_console,
     runtime_settings,
 )
-from tbhub.models import Project
+from tbhub.errors import InvalidInput
 from tbhub.projects import get_project, list_projects
 
-app = typer.Typer(help="Boards: desired and observed state, failures.", no_args_is_help=True)
+app = typer.Typer(
+    help="Boards: state, memory, restarts; restart, stop, pin and per-project settings.",
+    no_args_is_help=True,
+)
+ACTOR = "cli"
 
 
-def describe(project: Project) -> dict[str, Any]:
-    board = project.board
-    assert board is not None
-    return {
-        "project": project.name,
-        "desired": board.desired_state.value,
-        "observed": board.observed_state.value,
-        "upstream": board.upstream,
-        "last_access_at": board.last_access_at,
-        "failures": board.failures,
-        "retry_at": board.retry_at,
-        "last_error": board.last_error,
-    }
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _restarts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())) or "-"
+
+
+def _bytes(value: int | None) -> str:
+    return human_bytes(value) if value else "-"
 
 
 @app.command("list")
 @handle_errors
 def board_list(as_json: bool = JsonOption) -> None:
-    """List every board with its desired and observed state."""
-    with db_session(runtime_settings()) as session:
-        rows = [describe(p) for p in list_projects(session)]
+    """Every board: state, PSS against its limit, restarts by reason, last access."""
+    settings = runtime_settings()
+    with db_session(settings) as session:
+        rows = [describe_board(session, p, settings) for p in list_projects(session)]
 
     def human() -> None:
-        table = Table("project", "desired", "observed", "upstream", "last access", "failures")
+        table = Table("project", "desired", "observed", "PSS", "limit", "restarts",
+                      "last access", "note")  # fmt: skip
         for row in rows:
             table.add_row(
-                row["project"], row["desired"], row["observed"], row["upstream"] or "",
-                str(row["last_access_at"] or ""), str(row["failures"]),
+                row["project"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
+                _bytes(row["memory_limit"]), _restarts(row["restarts"]),
+                str(row["last_access_at"] or "-"), row["status_note"] or "",
             )  # fmt: skip
         out_console.print(table)
 
@@ -59,15 +78,125 @@ def board_list(as_json: bool = JsonOption) -> None:
 @handle_errors
 def board_status(project: str, as_json: bool = JsonOption) -> None:
     """Show one board, with the last lines it printed if it failed."""
-    with db_session(runtime_settings()) as session:
-        row = describe(get_project(session, name=project))
+    settings = runtime_settings()
+    with db_session(settings) as session:
+        row = describe_board(session, get_project(session, name=project), settings)
 
     def human() -> None:
         for key, value in row.items():
-            if key != "last_error":
-                out_console.print(f"{key}: {value if value is not None else '-'}")
+            if key in ("last_error", "settings", "restarts"):
+                continue
+            if key in ("pss_bytes", "memory_limit"):
+                value = _bytes(value)
+            out_console.print(f"{key}: {value if value is not None else '-'}", markup=False)
+        out_console.print(f"restarts: {_restarts(row['restarts'])}")
+        out_console.print(f"settings: {row['settings']}", markup=False)
         if row["last_error"]:
             out_console.print("last error:")
             out_console.print(row["last_error"], markup=False, highlight=False)
 
     emit(row, as_json=as_json, human=human)
+
+
+@app.command("restart")
+@handle_errors
+def board_restart(project: str, as_json: bool = JsonOption) -> None:
+    """Replace the board blue/green (readers notice nothing); start it if it is stopped."""
+    with db_session(runtime_settings()) as session:
+        request_restart(session, project=project, actor=ACTOR, now=_now())
+    result = {"project": project, "restart": "requested"}
+    emit(result, as_json=as_json,
+         human=lambda: out_console.print(f"restart of {project}'s board requested"))  # fmt: skip
+
+
+@app.command("stop")
+@handle_errors
+def board_stop(project: str, as_json: bool = JsonOption) -> None:
+    """Stop the board until someone opens it again."""
+    with db_session(runtime_settings()) as session:
+        request_stop(session, project=project, actor=ACTOR, now=_now())
+    emit({"project": project, "desired": "stopped"}, as_json=as_json,
+         human=lambda: out_console.print(f"{project}'s board will stop"))  # fmt: skip
+
+
+def _set(project: str, change: SettingsChange, as_json: bool) -> None:
+    with db_session(runtime_settings()) as session:
+        result = update_settings(session, project=project, change=change, actor=ACTOR, now=_now())
+    emit({"project": project, "settings": result}, as_json=as_json,
+         human=lambda: out_console.print(f"{project}: {result}", markup=False))  # fmt: skip
+
+
+@app.command("pin")
+@handle_errors
+def board_pin(project: str, as_json: bool = JsonOption) -> None:
+    """Never stop this board for idleness and never evict it for the memory budget."""
+    _set(project, SettingsChange(pinned=True), as_json)
+
+
+@app.command("unpin")
+@handle_errors
+def board_unpin(project: str, as_json: bool = JsonOption) -> None:
+    """Let the board stop when idle and be evicted again."""
+    _set(project, SettingsChange(pinned=False), as_json)
+
+
+def parse_memory_limit(value: str) -> int | None:
+    """'2GiB', '500MB', '0' (no limit) or 'default' (inherit TBHUB_BOARD_MEMORY_LIMIT)."""
+    if value == "default":
+        return None
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError:
+        raise InvalidInput(
+            f"memory limit {value[:40]!r} is not a size; use e.g. 2GiB, 500MB, 0 (no limit) "
+            "or default"
+        ) from None
+
+
+@app.command("set")
+@handle_errors
+def board_set(
+    project: str,
+    reload_interval: int | None = typer.Option(
+        None, help="Seconds between TensorBoard's reloads (1-86400)."
+    ),
+    samples_per_plugin: str | None = typer.Option(
+        None, help="TensorBoard's --samples_per_plugin, e.g. scalars=500,images=0."
+    ),
+    memory_limit: str | None = typer.Option(
+        None, help="PSS limit, e.g. 2GiB; 0: no limit; default: the global limit."
+    ),
+    plugin: list[str] = typer.Option(
+        None, "--plugin", help="Turn on an off-by-default plugin (projector); repeat for more."
+    ),
+    no_plugins: bool = typer.Option(False, "--no-plugins", help="Back to the default plugins."),
+    inherit: list[str] = typer.Option(
+        None,
+        "--inherit",
+        help="Go back to the default for this field (reload_interval, "
+        "samples_per_plugin, memory_limit); repeat for more.",
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Change the project's board settings. A change to the process (reload interval, samples,
+    plugins) restarts the board blue/green; a memory limit applies as it is."""
+    fields: dict[str, Any] = {}
+    if reload_interval is not None:
+        fields["reload_interval"] = reload_interval
+    if samples_per_plugin is not None:
+        fields["samples_per_plugin"] = samples_per_plugin
+    if memory_limit is not None:
+        fields["memory_limit"] = parse_memory_limit(memory_limit)
+    if plugin or no_plugins:
+        fields["plugins"] = [] if no_plugins else list(plugin)
+    for name in inherit or []:
+        if name not in ("reload_interval", "samples_per_plugin", "memory_limit"):
+            raise InvalidInput(
+                f"--inherit {name!r}: only reload_interval, samples_per_plugin or memory_limit"
+            )
+        fields[name] = None
+    if not fields:
+        raise InvalidInput("nothing to change; see `tbhub admin board set --help`")
+    change = SettingsChange(**{**dict.fromkeys(SettingsChange.__dataclass_fields__, UNSET),
+                               **fields})  # fmt: skip
+    _set(project, change, as_json)

@@ -8,59 +8,48 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub import audit
-from tbhub.boards import AccessTracker, cull_idle_boards, flush_access
+from tbhub.boards import AccessTracker, upstream_hold_seconds
 from tbhub.db import transaction
-from tbhub.errors import UnsafePath
-from tbhub.models import Board, DesiredState, ObservedState, Project
-from tbhub.storage.paths import project_dir
+from tbhub.models import ObservedState
+from tbhub.settings import Settings
+from tbhub.storage.links import LINK_CHECK_SECONDS, first_outside_link
 from tbhub.supervisor.backends.base import Backend
+from tbhub.supervisor.metrics import SupervisorMetrics
+from tbhub.supervisor.observe import Observer
 from tbhub.supervisor.plan import (
-    BoardSpec,
     Desired,
     Forget,
+    Health,
     Instance,
-    Observed,
+    Plan,
+    Policy,
     Start,
     Stop,
-    board_prefix,
     plan,
 )
+from tbhub.supervisor.state import Limits, read_desired, write_observed
 
 log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
 FAST_INTERVAL = 0.1
-MAX_RESTART_BACKOFF = 300.0
 
 
-def restart_backoff(failures: int) -> float:
-    """Seconds before the next start after `failures` crashes in a row: 1, 2, 4 ... 300."""
-    return float(min(2 ** max(failures - 1, 0), MAX_RESTART_BACKOFF))
+def policy_from_settings(settings: Settings) -> Policy:
+    from tbhub.api.board_gate import auth_cache_seconds
 
-
-def board_spec(project: str, storage_root: str) -> BoardSpec:
-    logdir = project_dir(Path(storage_root), project)
-    return BoardSpec(project=project, logdir=str(logdir), path_prefix=board_prefix(project))
-
-
-def probe_ready(instance: Instance, client: httpx.Client) -> bool:
-    """Ready means /data/environment answers 200: unlike /data/logdir it needs the data server."""
-    if not instance.alive or instance.upstream is None:
-        return False
-    url = f"http://{instance.upstream}{board_prefix(instance.project)}/data/environment"
-    try:
-        response = client.get(url)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
+    return Policy(
+        start_timeout=settings.board_start_timeout,
+        hung_after=settings.board_hung_probes,
+        drain_hold=upstream_hold_seconds(auth_cache_seconds(settings.idle_timeout)),
+        memory_fresh=settings.board_memory_fresh_seconds,
+        budget=settings.memory_budget_bytes,
+    )
 
 
 class Supervisor:
@@ -72,8 +61,11 @@ class Supervisor:
         tracker: AccessTracker,
         storage_root: str,
         idle_timeout: float,
-        start_timeout: float,
         interval: float,
+        policy: Policy,
+        limits: Limits | None = None,
+        probe_timeout: float = 2.0,
+        metrics: SupervisorMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.factory = factory
@@ -81,14 +73,21 @@ class Supervisor:
         self.tracker = tracker
         self.storage_root = storage_root
         self.idle_timeout = idle_timeout
-        self.start_timeout = start_timeout
         self.interval = interval
+        self.policy = policy
+        self.limits = limits or Limits(memory_limit=None)
+        self.metrics = metrics or SupervisorMetrics()
         self.clock = clock
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._http = httpx.Client(timeout=2.0)
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tbhub-apply")
+        self._observer = Observer(backend, self._pool, probe_timeout)
+        # Per-instance observations carried between passes (plan.Health).
+        self._health: dict[str, Health] = {}
+        self._memory_measured_at = float("-inf")
+        # project -> (when its tree was last checked for links out of it, the link found)
+        self._links: dict[str, tuple[float, str | None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -109,9 +108,11 @@ class Supervisor:
             self._thread.join(timeout=30)
         if stop_boards:
             instances = self.backend.list_instances()
+            if instances:
+                log.info("shutting down: stopping %d board(s)", len(instances))
             list(self._pool.map(self.backend.stop, instances))
         self._pool.shutdown(wait=True)
-        self._http.close()
+        self._observer.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -127,45 +128,90 @@ class Supervisor:
 
     def reconcile_once(self) -> bool:
         """Run one pass. True while some board is still starting."""
+        began = time.perf_counter()
         now = self.clock()
-        desired = self._read_desired(datetime.fromtimestamp(now, UTC))
-        actual = self._observe()
-        result = plan(desired, actual, now=now, start_timeout=self.start_timeout)
-        errors = self._apply(result.actions)
-        self._write_observed(result.observed, errors, failed=result.failed | set(errors))
-        return any(o.state == ObservedState.starting for o in result.observed.values())
-
-    def _read_desired(self, now: datetime) -> dict[str, Desired]:
         with transaction(self.factory) as session:
-            flush_access(session, self.tracker.drain())
-            for project_id in cull_idle_boards(session, now=now, idle_timeout=self.idle_timeout):
-                audit.record(
-                    session, actor="supervisor", action="board.idle_stop", target=str(project_id)
-                )
-            rows = session.execute(
-                select(Project.name, Board.desired_state, Board.retry_at).join(
-                    Board, Board.project_id == Project.id
-                )
-            ).all()
-        desired = {}
-        for name, state, retry_at in rows:
-            try:
-                spec = board_spec(name, self.storage_root)
-            except UnsafePath as exc:
-                # Left out of the desired set, so a board serving it is stopped too.
-                log.error("not serving project %s: %s", name, exc.message)
-                continue
-            desired[name] = Desired(
-                spec=spec,
-                running=state == DesiredState.running,
-                retry_at=retry_at.timestamp() if retry_at is not None else None,
+            read = read_desired(
+                session,
+                accesses=self.tracker.drain(),
+                now=datetime.fromtimestamp(now, UTC),
+                idle_timeout=self.idle_timeout,
+                storage_root=self.storage_root,
+                limits=self.limits,
             )
-        return desired
+        desired = read.desired
+        # A full pass (every interval) probes every board and reads its PSS; the fast passes
+        # while a board starts probe only boards that are not settled.
+        full = now - self._memory_measured_at >= self.interval * 0.9
+        settled = {iid for iid, h in self._health.items() if h.ready_at is not None}
+        actual = self._observer.observe(full=full, settled=settled)
+        if full:
+            self._memory_measured_at = now
+        desired = self._check_links(desired, actual, now)
+        result = plan(desired, actual, now=now, policy=self.policy, health=self._health)
+        self._note_ready(actual, result)
+        self._health = result.health
+        errors = self._apply(result.actions)
+        restarts = {a.spec.project: a.reason for a in result.actions
+                    if isinstance(a, Start) and a.reason}  # fmt: skip
+        serving = {o.instance_id for o in result.observed.values() if o.instance_id}
+        pss = {i.project: i.pss_bytes for i in actual
+               if i.instance_id in serving and i.pss_bytes is not None}  # fmt: skip
+        with transaction(self.factory) as session:
+            write_observed(
+                session,
+                result,
+                errors=errors,
+                restarts=restarts,
+                pss=pss,
+                now=datetime.fromtimestamp(self.clock(), UTC),
+                settled=read.settled,
+            )
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - began)
+        return any(o.state == ObservedState.starting for o in result.observed.values()) or any(
+            i.alive and h.ready_at is None
+            for i in actual
+            if (h := result.health.get(i.instance_id)) is not None
+        )
 
-    def _observe(self) -> list[Instance]:
-        instances = self.backend.list_instances()
-        ready = self._pool.map(lambda i: probe_ready(i, self._http), instances)
-        return [replace(i, ready=ok) for i, ok in zip(instances, ready, strict=True)]
+    def _check_links(
+        self, desired: dict[str, Desired], actual: list[Instance], now: float
+    ) -> dict[str, Desired]:
+        """Look for symlinks out of each wanted project: before a start, then every
+        LINK_CHECK_SECONDS while its board runs (storage/links.py)."""
+        live = {i.project for i in actual if i.alive}
+        due = [
+            name
+            for name, want in desired.items()
+            if want.running
+            and (name not in live or now - self._links.get(name, (float("-inf"), None))[0]
+                 >= LINK_CHECK_SECONDS)
+        ]  # fmt: skip
+        found = self._pool.map(
+            lambda name: first_outside_link(Path(desired[name].spec.logdir)), due
+        )
+        for name, link in zip(due, found, strict=True):
+            if link is not None and self._links.get(name, (0.0, None))[1] != link:
+                log.error("not serving project %s: symlink %s leads outside it", name, link)
+            self._links[name] = (now, link)
+        return {
+            name: replace(want, unsafe_link=self._links[name][1]) if name in self._links else want
+            for name, want in desired.items()
+        }
+
+    def _note_ready(self, actual: list[Instance], result: Plan) -> None:
+        """Log each board's first ready probe, with the time it took."""
+        for instance in actual:
+            before = self._health.get(instance.instance_id)
+            after = result.health.get(instance.instance_id)
+            if after is None or after.ready_at is None:
+                continue
+            if before is None or before.ready_at is None:
+                took = after.ready_at - instance.started_at
+                if took < self.policy.start_timeout:  # not a board adopted after a restart
+                    self.metrics.start_latency.observe(max(took, 0.0))
+                log.info("board %s ready in %.1fs (%s)", instance.project, took,
+                         instance.instance_id)  # fmt: skip
 
     def _apply(self, actions: list[Start | Stop | Forget]) -> dict[str, str]:
         """Carry out the actions in parallel; return an error message per project."""
@@ -174,14 +220,19 @@ class Supervisor:
         def run(action: Start | Stop | Forget) -> None:
             try:
                 if isinstance(action, Start):
-                    log.info("starting board %s", action.spec.project)
+                    if action.reason:
+                        log.info("restarting board %s (reason: %s)", action.spec.project,
+                                 action.reason)  # fmt: skip
+                    else:
+                        log.info("starting board %s", action.spec.project)
                     self.backend.start(action.spec)
                 elif isinstance(action, Stop):
-                    log.info("stopping board %s: %s", action.instance.project, action.reason)
-                    self.backend.stop(action.instance)
+                    log.info("stopping board %s (%s): %s", action.instance.project,
+                             action.instance.instance_id, action.reason)  # fmt: skip
+                    self.backend.stop(action.instance, force=action.force)
                 else:
                     tail = self.backend.log_tail(action.instance)
-                    log.warning("board %s exited:\n%s", action.instance.project, tail)
+                    log.warning("board %s exited; last lines:\n%s", action.instance.project, tail)
                     errors[action.instance.project] = f"board process exited; last output:\n{tail}"
                     self.backend.forget(action.instance)
             except Exception as exc:
@@ -193,31 +244,3 @@ class Supervisor:
 
         list(self._pool.map(run, actions))
         return errors
-
-    def _write_observed(
-        self, observed: dict[str, Observed], errors: dict[str, str], *, failed: set[str]
-    ) -> None:
-        now = datetime.fromtimestamp(self.clock(), UTC)
-        with transaction(self.factory) as session:
-            rows = session.execute(
-                select(Project.name, Board).join(Board, Board.project_id == Project.id)
-            ).all()
-            for name, board in rows:
-                seen = observed.get(name)
-                if seen is None:
-                    continue
-                state = ObservedState(seen.state)
-                if (board.observed_state, board.upstream) != (state, seen.upstream):
-                    board.observed_at = now
-                board.observed_state = state
-                board.upstream = seen.upstream
-                board.instance_id = seen.instance_id
-                error = seen.error or errors.get(name)
-                if error is not None:
-                    board.last_error = error[-4000:]
-                if name in failed:
-                    board.failures += 1
-                    board.retry_at = now + timedelta(seconds=restart_backoff(board.failures))
-                    log.warning("board %s failed %d time(s) in a row", name, board.failures)
-                elif state == ObservedState.ready:
-                    board.failures, board.retry_at = 0, None

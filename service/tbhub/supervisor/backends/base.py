@@ -17,8 +17,10 @@ class Backend(Protocol):
         """Launch a board and return at once; readiness is observed later."""
         ...
 
-    def stop(self, instance: Instance) -> None:
-        """Stop it: SIGINT, then SIGTERM, then SIGKILL, each after a bounded wait."""
+    def stop(self, instance: Instance, *, force: bool = False) -> None:
+        """Stop it: SIGINT, then SIGTERM, then SIGKILL, each after a bounded wait.
+
+        `force`: SIGKILL at once (a hung board answers no signal it could catch)."""
         ...
 
     def list_instances(self) -> list[Instance]:
@@ -31,6 +33,10 @@ class Backend(Protocol):
 
     def memory_bytes(self, instance: Instance) -> int:
         """Proportional set size (PSS) of the instance: shared pages split, not double-counted."""
+        ...
+
+    def active_requests(self, instance: Instance) -> int:
+        """Requests the instance is serving right now (open connections to its port)."""
         ...
 
     def reap_unknown(self) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import uuid
@@ -19,8 +20,15 @@ from pathlib import Path
 
 import psutil
 
-from tbhub.processes import ProcessRef, group_pss_bytes, stop_group
+from tbhub.processes import (
+    DEFAULT_STOP_SIGNALS,
+    ProcessRef,
+    established_connections,
+    group_pss_bytes,
+    stop_group,
+)
 from tbhub.supervisor.backends.launch import ExecLauncher, Launcher, ZygoteLauncher
+from tbhub.supervisor.board_process import board_args, launcher_command
 from tbhub.supervisor.plan import BoardSpec, Instance
 
 OWNER_ENV = "TBHUB_OWNER"
@@ -69,7 +77,7 @@ class LocalBackend:
         *,
         state_dir: Path,
         owner: str,
-        tensorboard_bin: str,
+        tensorboard_bin: str | None,
         stop_grace: float,
         zygote_dir: Path | None = None,
     ) -> None:
@@ -89,16 +97,8 @@ class LocalBackend:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def command(self, spec: BoardSpec) -> list[str]:
-        return [
-            self.tensorboard_bin,
-            "--logdir", spec.logdir,
-            "--load_fast=true",
-            "--path_prefix", spec.path_prefix,
-            "--host", "127.0.0.1",
-            "--port", "0",
-            "--reload_interval", str(spec.reload_interval),
-            *spec.extra_args,
-        ]  # fmt: skip
+        program = [self.tensorboard_bin] if self.tensorboard_bin else launcher_command()
+        return [*program, *board_args(spec)]
 
     def start(self, spec: BoardSpec) -> Instance:
         instance_id = new_instance_id(spec.project)
@@ -121,10 +121,13 @@ class LocalBackend:
         self._write_state(state)
         return state.instance(alive=True)
 
-    def stop(self, instance: Instance) -> None:
+    def stop(self, instance: Instance, *, force: bool = False) -> None:
         state = self._read_state(instance.instance_id)
         if state is not None:
-            stop_group(state.ref, grace=self.stop_grace, label=self._label(instance))
+            signals = (signal.SIGKILL,) if force else DEFAULT_STOP_SIGNALS
+            stop_group(
+                state.ref, grace=self.stop_grace, label=self._label(instance), signals=signals
+            )
         self.forget(instance)
 
     def list_instances(self) -> list[Instance]:
@@ -152,6 +155,13 @@ class LocalBackend:
     def memory_bytes(self, instance: Instance) -> int:
         state = self._read_state(instance.instance_id)
         return group_pss_bytes(state.ref, self._label(instance)) if state else 0
+
+    def active_requests(self, instance: Instance) -> int:
+        state = self._read_state(instance.instance_id)
+        if state is None or state.upstream is None:
+            return 0
+        port = int(state.upstream.rsplit(":", 1)[1])
+        return established_connections(state.ref, port)
 
     def reap_unknown(self) -> list[str]:
         known = {p.stem for p in self.state_dir.glob("*.json")}

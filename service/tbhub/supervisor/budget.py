@@ -1,0 +1,108 @@
+"""The memory budget and refused projects: the plan's decisions across boards.
+
+Part of the pure plan (supervisor/plan.py): no clock, file or process is read here."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import replace
+
+from tbhub.supervisor.model import Desired, Instance, MiB, Observed, Plan, Policy, Start, Stop
+
+
+def refuse(want: Desired, instances: list[Instance], result: Plan) -> None:
+    """A link leads out of the project: its board would show another project's data."""
+    error = (
+        f"not serving {want.project}: the symlink {want.unsafe_link} leads outside the "
+        "project, and TensorBoard would show what it points to. Remove the link (or copy "
+        "the data into the project)."
+    )
+    for instance in instances:
+        result.actions.append(Stop(instance, "a symlink leads outside the project", force=True))
+    result.observed[want.project] = Observed("failed", error=error)
+
+
+def admit(
+    cold_starts: list[tuple[Desired, Start]],
+    desired: Mapping[str, Desired],
+    by_project: Mapping[str, list[Instance]],
+    result: Plan,
+    now: float,
+    policy: Policy,
+) -> None:
+    """Start cold boards within the memory budget, evicting least recently used idle boards.
+
+    A board being replaced is not counted twice: only cold starts need room."""
+    if not cold_starts:
+        return
+    assert policy.budget is not None
+    live = [i for instances in by_project.values() for i in instances]
+
+    def last_seen(instance: Instance) -> int | None:
+        """PSS measured in this pass, else when last measured (not every pass measures)."""
+        want = desired.get(instance.project)
+        return instance.pss_bytes or (want.last_pss if want is not None else None)
+
+    known = [pss for i in live if (pss := last_seen(i))]
+    typical = int(statistics.median(known)) if known else policy.board_estimate
+
+    def cost(want: Desired) -> int:
+        return want.last_pss or typical
+
+    def held(instance: Instance) -> int:
+        return last_seen(instance) or typical
+
+    used = sum(held(i) for i in live)
+    evictable = sorted(
+        (
+            w
+            for w in desired.values()
+            if w.running
+            and not w.pinned
+            and by_project.get(w.project)
+            and (w.last_access or 0.0) < now - policy.reading_window
+        ),
+        key=lambda w: (w.last_access or 0.0, w.project),
+    )
+    freed_projects: set[str] = set()
+    # Most recently asked-for first: they are the ones someone waits for.
+    for want, start in sorted(
+        cold_starts, key=lambda c: (-(c[0].last_access or 0.0), c[0].project)
+    ):
+        need = cost(want)
+        if used + need <= policy.budget:
+            result.actions.append(start)
+            used += need
+            continue
+        victims: list[Desired] = []
+        room = used
+        for candidate in evictable:
+            if room + need <= policy.budget:
+                break
+            if candidate.project in freed_projects or candidate.project == want.project:
+                continue
+            victims.append(candidate)
+            room -= sum(held(i) for i in by_project[candidate.project])
+        if room + need > policy.budget:
+            result.observed[want.project] = Observed(
+                "no_capacity",
+                note=(
+                    f"no capacity right now: boards use {used / MiB:.0f} MiB of the "
+                    f"{policy.budget / MiB:.0f} MiB memory budget and every other board is "
+                    f"pinned or in use; this board needs about {need / MiB:.0f} MiB"
+                ),
+            )
+            continue
+        for victim in victims:
+            freed_projects.add(victim.project)
+            result.evicted.append(victim.project)
+            result.observed[victim.project] = Observed("stopped")
+            for instance in by_project[victim.project]:
+                result.actions.append(Stop(instance, f"evicted to make room for {want.project}"))
+        # The evicted boards stop during this pass; this one starts in the next.
+        used = room
+        result.observed[want.project] = replace(
+            result.observed[want.project],
+            note=f"waiting for memory: stopping {', '.join(v.project for v in victims)}",
+        )

@@ -1,0 +1,111 @@
+"""Histograms the supervisor fills as it works and /metrics prints (Prometheus text format).
+
+They live in the memory of the serving process, like any Prometheus histogram: a restart
+starts them again from zero.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Histogram:
+    buckets: Sequence[float]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.buckets)
+
+    def observe(self, value: float) -> None:
+        with self.lock:
+            for index, bound in enumerate(self.buckets):
+                if value <= bound:
+                    self.counts[index] += 1
+            self.total += value
+            self.count += 1
+
+    def lines(self, name: str, help_text: str) -> list[str]:
+        with self.lock:
+            out = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+            for bound, count in zip(self.buckets, self.counts, strict=True):
+                out.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
+            out.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
+            out.append(f"{name}_sum {self.total:.6f}")
+            out.append(f"{name}_count {self.count}")
+        return out
+
+
+@dataclass
+class SupervisorMetrics:
+    start_latency: Histogram = field(
+        default_factory=lambda: Histogram((0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120))
+    )
+    reconcile_seconds: Histogram = field(
+        default_factory=lambda: Histogram((0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+    )
+
+    def lines(self) -> list[str]:
+        return [
+            *self.start_latency.lines(
+                "tbhub_board_start_seconds",
+                "Seconds from a board's start to its first ready probe.",
+            ),
+            *self.reconcile_seconds.lines(
+                "tbhub_reconcile_pass_seconds", "Wall time of one supervisor reconcile pass."
+            ),
+        ]
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    """What /metrics reports of one board (read from the boards table)."""
+
+    project: str
+    observed: str
+    pss_bytes: int | None
+    memory_limit: int | None
+    restarts: dict[str, int]
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, object]]) -> list[str]:
+    """One metric family: HELP, TYPE, then `name{labels} value` per sample."""
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
+            *(f"{name}{labels} {value}" for labels, value in samples)]  # fmt: skip
+
+
+def board_lines(
+    rows: Sequence[BoardRow], *, states: Sequence[str], reasons: Sequence[str], budget: int | None
+) -> list[str]:
+    """Boards by state, PSS and limit per board, restarts by reason, the memory budget."""
+    ready = [r for r in rows if r.observed == "ready"]
+    return [
+        *_family("tbhub_boards", "gauge",
+                 "Boards by observed state (no_capacity: the memory budget is full).",
+                 [(f'{{state="{s}"}}', sum(r.observed == s for r in rows)) for s in states]),
+        *_family("tbhub_board_pss_bytes", "gauge",
+                 "PSS of a ready board's processes when last measured.",
+                 [(f'{{project="{_label(r.project)}"}}', r.pss_bytes)
+                  for r in ready if r.pss_bytes is not None]),
+        *_family("tbhub_board_memory_limit_bytes", "gauge",
+                 "A board's memory limit (absent: none).",
+                 [(f'{{project="{_label(r.project)}"}}', r.memory_limit)
+                  for r in rows if r.memory_limit]),
+        *_family("tbhub_board_restarts_total", "counter", "Board restarts by reason.",
+                 [(f'{{reason="{reason}"}}', sum(r.restarts.get(reason, 0) for r in rows))
+                  for reason in reasons]),
+        *_family("tbhub_board_memory_budget_bytes", "gauge",
+                 "Sum of board PSS allowed on this host.",
+                 [("", budget)] if budget is not None else []),
+        *_family("tbhub_board_memory_used_bytes", "gauge", "Sum of the PSS of ready boards.",
+                 [("", sum(r.pss_bytes or 0 for r in ready))]),
+    ]  # fmt: skip

@@ -1,0 +1,227 @@
+"""The supervisor's two database steps: read what should run, write what was seen and decided.
+
+Every pending decision the plan makes (a drain, a memory backoff, an eviction) is written
+here with its time, so a restarted supervisor picks it up and nothing waits in memory only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tbhub import audit
+from tbhub.boards import cull_idle_boards, flush_access
+from tbhub.errors import UnsafePath
+from tbhub.models import Board, BoardSettings, DesiredState, ObservedState, Project
+from tbhub.storage.paths import project_dir
+from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix
+
+log = logging.getLogger("tbhub.supervisor")
+
+MAX_RESTART_BACKOFF = 300.0
+
+
+def restart_backoff(failures: int) -> float:
+    """Seconds before the next start after `failures` crashes in a row: 1, 2, 4 ... 300."""
+    return float(min(2 ** max(failures - 1, 0), MAX_RESTART_BACKOFF))
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+def _at(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+
+def board_spec(project: str, storage_root: str, settings: BoardSettings | None = None) -> BoardSpec:
+    logdir = project_dir(Path(storage_root), project)
+    spec = BoardSpec(project=project, logdir=str(logdir), path_prefix=board_prefix(project))
+    if settings is None:
+        return spec
+    return BoardSpec(
+        project=spec.project,
+        logdir=spec.logdir,
+        path_prefix=spec.path_prefix,
+        reload_interval=settings.reload_interval or spec.reload_interval,
+        samples_per_plugin=settings.samples_per_plugin or "",
+        plugins=tuple(sorted(settings.plugins or ())),
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_limit: int | None  # the global default; a project may override it
+
+
+@dataclass(frozen=True)
+class DesiredRead:
+    desired: dict[str, Desired]
+    # Boards not wanted and already recorded as stopped: a pass has nothing to write there.
+    settled: frozenset[str]
+
+
+# Only these columns: loading 1,000 Board objects per pass would cost more than the rest.
+BOARD_COLUMNS = (
+    Board.desired_state, Board.observed_state, Board.upstream, Board.retry_at, Board.failures,
+    Board.last_access_at, Board.desired_at, Board.instance_id, Board.draining_instance_id,
+    Board.draining_since, Board.memory_backoffs, Board.memory_retry_at, Board.pss_bytes,
+    Board.restart_requested_at,
+)  # fmt: skip
+
+
+def read_desired(
+    session: Session,
+    *,
+    accesses: Mapping[int, datetime],
+    now: datetime,
+    idle_timeout: float,
+    storage_root: str,
+    limits: Limits,
+) -> DesiredRead:
+    """Flush recorded accesses, stop idle boards, and read what every board should be."""
+    flush_access(session, dict(accesses))
+    for project_id in cull_idle_boards(session, now=now, idle_timeout=idle_timeout):
+        audit.record(session, actor="supervisor", action="board.idle_stop", target=str(project_id))
+    rows = session.execute(
+        select(Project.name, BoardSettings, *BOARD_COLUMNS)
+        .join(Board, Board.project_id == Project.id)
+        .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
+    ).all()
+    desired = {}
+    settled = set()
+    for name, settings, *columns in rows:
+        board = _BoardColumns(*columns)
+        running = board.desired_state == DesiredState.running
+        if not running:
+            if board.observed_state == ObservedState.stopped and board.upstream is None:
+                settled.add(name)
+            # plan() reads no spec of a board that should not run: skip resolving its path.
+            desired[name] = Desired(
+                spec=BoardSpec(project=name, logdir="", path_prefix=board_prefix(name)),
+                running=False,
+                draining=_drain(board),
+            )
+            continue
+        try:
+            spec = board_spec(name, storage_root, settings)
+        except UnsafePath as exc:
+            # Left out of the desired set, so a board serving it is stopped too.
+            log.error("not serving project %s: %s", name, exc.message)
+            continue
+        limit = settings.memory_limit if settings and settings.memory_limit is not None else None
+        desired[name] = Desired(
+            spec=spec,
+            running=True,
+            retry_at=_ts(board.retry_at),
+            failures=board.failures,
+            memory_limit=(limits.memory_limit if limit is None else limit) or None,
+            pinned=bool(settings and settings.pinned),
+            last_access=_ts(board.last_access_at or board.desired_at),
+            serving=board.instance_id,
+            draining=_drain(board),
+            memory_backoffs=board.memory_backoffs,
+            memory_retry_at=_ts(board.memory_retry_at),
+            last_pss=board.pss_bytes,
+            restart_after=_ts(board.restart_requested_at),
+        )
+    return DesiredRead(desired=desired, settled=frozenset(settled))
+
+
+@dataclass(frozen=True)
+class _BoardColumns:
+    desired_state: DesiredState
+    observed_state: ObservedState
+    upstream: str | None
+    retry_at: datetime | None
+    failures: int
+    last_access_at: datetime | None
+    desired_at: datetime | None
+    instance_id: str | None
+    draining_instance_id: str | None
+    draining_since: datetime | None
+    memory_backoffs: int
+    memory_retry_at: datetime | None
+    pss_bytes: int | None
+    restart_requested_at: datetime | None
+
+
+def _drain(board: _BoardColumns) -> Drain | None:
+    if board.draining_instance_id and board.draining_since is not None:
+        return Drain(board.draining_instance_id, board.draining_since.timestamp())
+    return None
+
+
+def write_observed(
+    session: Session,
+    result: Plan,
+    *,
+    errors: Mapping[str, str],
+    restarts: Mapping[str, str],
+    pss: Mapping[str, int],
+    now: datetime,
+    settled: frozenset[str] = frozenset(),
+) -> None:
+    """Record this pass: observed state, drains, backoffs, evictions, restarts, failures.
+
+    Boards in `settled` that stay stopped are not even loaded."""
+    failed = result.failed | set(errors)
+    touched = {
+        n for n, seen in result.observed.items() if n not in settled or seen.state != "stopped"
+    }
+    touched |= failed | set(result.evicted) | set(result.drains) | set(result.memory_backoff)
+    touched |= set(restarts) | set(pss)
+    if not touched:
+        return
+    rows = session.execute(
+        select(Project.name, Board)
+        .join(Board, Board.project_id == Project.id)
+        .where(Project.name.in_(sorted(touched)))
+    ).all()
+    for name, board in rows:
+        if name in result.evicted:
+            board.desired_state, board.desired_at = DesiredState.stopped, now
+            audit.record(session, actor="supervisor", action="board.evict", target=name)
+        if name in result.drains:
+            draining = result.drains[name]
+            board.draining_instance_id = draining
+            board.draining_since = now if draining is not None else None
+        if name in result.memory_backoff:
+            backoff = result.memory_backoff[name]
+            board.memory_backoffs, board.memory_retry_at = backoff.level, _at(backoff.retry_at)
+        if name in restarts:
+            reason = restarts[name]
+            counts = dict(board.restarts or {})
+            counts[reason] = counts.get(reason, 0) + 1
+            board.restarts = counts
+            audit.record(
+                session, actor="supervisor", action="board.restart", target=name, reason=reason
+            )
+        if name in pss:
+            board.pss_bytes = pss[name]
+        seen = result.observed.get(name)
+        if seen is None:
+            continue
+        state = ObservedState(seen.state)
+        if (board.observed_state, board.upstream) != (state, seen.upstream):
+            board.observed_at = now
+        board.observed_state = state
+        board.upstream = seen.upstream
+        board.instance_id = seen.instance_id
+        board.status_note = seen.note
+        board.swapping = seen.swapping
+        error = seen.error or errors.get(name)
+        if error is not None:
+            board.last_error = error[-4000:]
+        if name in failed:
+            board.failures += 1
+            board.retry_at = now + timedelta(seconds=restart_backoff(board.failures))
+            log.warning("board %s failed %d time(s) in a row", name, board.failures)
+        elif state == ObservedState.ready:
+            board.failures, board.retry_at = 0, None

@@ -1,0 +1,88 @@
+"""What the board-healing fault tests share: a leaking board, load through nginx, board rows."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from tbhub.models import AuditEvent, Board
+from tests.e2e.harness import TbhubServer
+from tests.scripts import write_script
+
+# A real TensorBoard that keeps the MiB a request asks for: one copy, shared with bench/.
+LEAKY_BOARD = Path(__file__).resolve().parents[2] / "bench" / "leaky_board.py"
+
+JSON = {"Accept": "application/json"}
+
+
+def leaky_tensorboard(server: TbhubServer) -> Path:
+    return write_script(server.data_dir.parent / "leaky-tensorboard", LEAKY_BOARD.read_text())
+
+
+def board_row(server: TbhubServer, project: str = "vision") -> Board:
+    from tbhub.models import Project
+
+    with server.db() as session:
+        row = session.scalar(
+            select(Board)
+            .join(Project, Project.id == Board.project_id)
+            .where(Project.name == project)
+        )
+        assert row is not None
+        session.expunge(row)
+        return row
+
+
+def restart_reasons(server: TbhubServer) -> list[str]:
+    with server.db() as session:
+        events = session.scalars(
+            select(AuditEvent).where(AuditEvent.action == "board.restart").order_by(AuditEvent.id)
+        ).all()
+        return [str(e.detail.get("reason")) for e in events]
+
+
+@dataclass
+class Load:
+    """Clients sending board requests through nginx in a loop; every answer is counted."""
+
+    client: httpx.Client
+    path: str
+    connections: int = 8
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> Load:
+        for _ in range(self.connections):
+            thread = threading.Thread(target=self._drive, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _drive(self) -> None:
+        with httpx.Client(
+            base_url=self.client.base_url, cookies=self.client.cookies, timeout=30
+        ) as client:
+            while not self._stop.is_set():
+                try:
+                    response = client.get(self.path, headers=JSON)
+                    outcome = None if response.status_code == 200 else str(response.status_code)
+                except httpx.HTTPError as exc:
+                    outcome = f"{type(exc).__name__}: {exc}"
+                with self._lock:
+                    if outcome is None:
+                        self.ok += 1
+                    else:
+                        self.failures.append(f"{time.time():.3f} {outcome}")
