@@ -25,6 +25,8 @@ MATRIX: dict[str, list[int]] = {
     "trash run":       [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "set member":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
+    "board settings":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
+    "restart board":   [401, 404, 403, 403, 202, 202, 403, 403, 403, 403, 404],
     "share link":      [401, 404, 403, 403, 201, 201, 403, 403, 403, 403, 404],
     "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
     "mint token":      [401, 404, 403, 201, 201, 201, 403, 403, 403, 403, 403],
@@ -65,6 +67,10 @@ ACTIONS: dict[str, Action] = {
     "set policy": lambda t, h: t.client.put(
         "/api/v1/projects/vision/retention", json={"keep_last": 5}, headers=h
     ),
+    "board settings": lambda t, h: t.client.put(
+        "/api/v1/projects/vision/board/settings", json={"pinned": True}, headers=h
+    ),
+    "restart board": lambda t, h: t.client.post("/api/v1/projects/vision/board/restart", headers=h),
     "set member": lambda t, h: t.client.put(
         "/api/v1/projects/vision/members/carol", json={"role": "viewer"}, headers=h
     ),
