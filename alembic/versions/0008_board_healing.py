@@ -48,9 +48,14 @@ def upgrade() -> None:
     )
 
 
+DOWNGRADE_DROPS = (
+    "restarts", "swapping", "restart_requested_at", "memory_retry_at", "memory_backoffs",
+    "draining_since", "draining_instance_id", "pss_bytes", "status_note",
+)  # fmt: skip
+
+
 def downgrade() -> None:
     op.drop_table("board_settings")
     with op.batch_alter_table("boards") as batch:
-        for column in ("restarts", "swapping", "restart_requested_at", "memory_retry_at", "memory_backoffs", "draining_since",
-                       "draining_instance_id", "pss_bytes", "status_note"):  # fmt: skip
+        for column in DOWNGRADE_DROPS:
             batch.drop_column(column)
