@@ -27,6 +27,7 @@ from tbhub.api import (
     tokens,
     users,
 )
+from tbhub.api import openapi as api_docs
 from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
@@ -119,7 +120,7 @@ def create_app(
         version=__version__,
         lifespan=lifespan,
         openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
+        docs_url=None,  # api/openapi.py serves /api/v1/docs from local assets
         redoc_url=None,
     )
     app.state.context = context
@@ -138,6 +139,7 @@ def create_app(
     app.include_router(boards.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
+    api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)
     app.include_router(board_origin.router)
