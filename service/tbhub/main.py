@@ -25,6 +25,7 @@ from tbhub.api import (
     share_links,
     teams,
     tokens,
+    uploads,
     users,
 )
 from tbhub.api import openapi as api_docs
@@ -41,6 +42,7 @@ from tbhub.deps import AppContext
 from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
+from tbhub.storage.usage import ProjectUsage
 from tbhub.supervisor.loop import Supervisor
 from tbhub.web import board_origin, oidc, pages, share
 
@@ -66,6 +68,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         tokens=TokenCache(factory),
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
+        usage=ProjectUsage(settings.storage),
     )
 
 
@@ -129,6 +132,7 @@ def create_app(
     app.include_router(projects.router)
     app.include_router(runs.router)
     app.include_router(tokens.router)
+    app.include_router(uploads.router)
     app.include_router(board_gate.router)
     app.include_router(retention.router)
     app.include_router(audit.router)

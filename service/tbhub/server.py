@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 import uvicorn
 
 from tbhub.db import upgrade
+from tbhub.deps import AppContext
 from tbhub.errors import ConfigError
 from tbhub.jobs.runner import start_jobs
 from tbhub.locks import LockHeld, hold_lock
 from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.settings import Settings, prepare_runtime
+from tbhub.storage.run_sink import DatabaseRunSink
+from tbhub.storage.watcher import StorageWatcher, choose_mode
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.board_process import raise_open_file_limit
 from tbhub.supervisor.loop import Supervisor, policy_from_settings
@@ -32,6 +36,24 @@ def hold_data_dir_lock(data_dir: Path) -> IO[str]:
             f"another `tbhub serve` (pid {held.holder}) uses {data_dir}; "
             "stop it first or point TBHUB_DATA_DIR elsewhere"
         ) from None
+
+
+def start_watcher(
+    settings: Settings, context: AppContext, *, on_change: Callable[[], None]
+) -> StorageWatcher | None:
+    """The storage watcher feeding the runs table, and the upload quota's byte counts."""
+    if settings.watch_mode == "off":
+        return None
+    watcher = StorageWatcher(
+        settings.storage,
+        DatabaseRunSink(context.factory),
+        mode=choose_mode(settings.storage, settings.watch_mode),
+        poll_interval=settings.watch_poll_interval,
+        on_change=on_change,
+    )
+    watcher.start()
+    context.usage.watcher = watcher
+    return watcher
 
 
 def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None = None) -> None:
@@ -69,8 +91,11 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     )
     context.wake_supervisor = supervisor.wake
     jobs = start_jobs(settings, context.factory)
+    watcher = start_watcher(settings, context, on_change=jobs.notify_change)
     nginx = NginxMaster(settings) if with_nginx else None
-    shutdown_hooks = (backend.close, jobs.stop) + ((nginx.stop,) if nginx is not None else ())
+    shutdown_hooks = (backend.close,) + tuple(
+        part.stop for part in (watcher, jobs, nginx) if part is not None
+    )
     app = create_app(context, supervisor=supervisor, on_shutdown=shutdown_hooks)
     try:
         if nginx is not None:
@@ -87,8 +112,6 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
         )
     finally:
         log.info("tbhub serve stopped")
-        backend.close()
-        jobs.stop()
-        if nginx is not None:
-            nginx.stop()
+        for stop in shutdown_hooks:
+            stop()
         lock.close()

@@ -263,6 +263,33 @@ class Settings(BaseSettings):
         default=2.0, gt=0, le=60, description="Seconds a board's health probe may take."
     )
 
+    # Storage watcher and uploads (issue 8).
+    watch_mode: Literal["auto", "inotify", "polling", "off"] = Field(
+        default="auto",
+        description="How `tbhub serve` watches the storage for runs: `auto` polls on "
+        "NFS/CIFS/FUSE (where inotify misses other clients' writes) and uses inotify "
+        "elsewhere; `off` disables discovery and change-triggered backups.",
+    )
+    watch_poll_interval: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Seconds between two walks of the storage tree in polling mode.",
+    )
+    upload_max_chunk_bytes: int = Field(
+        default=16 << 20,
+        ge=1 << 16,
+        le=1 << 30,
+        description="Largest upload request body (one chunk) the server and nginx accept; "
+        "bigger bodies get 413.",
+    )
+    upload_min_free_bytes: int = Field(
+        default=1 << 30,
+        ge=0,
+        description="Uploads are refused (507) when they would leave less than this many "
+        "bytes free on the storage filesystem.",
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,

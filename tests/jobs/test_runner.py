@@ -13,6 +13,8 @@ from tbhub.jobs import retention, trash
 from tbhub.jobs.runner import JobRunner, start_jobs
 from tbhub.models import BackupRun, TrashEntry
 from tbhub.settings import Settings
+from tbhub.storage.run_sink import DatabaseRunSink
+from tbhub.storage.watcher import StorageWatcher
 from tests.jobs.conftest import MakeRun, fill_storage
 
 
@@ -46,7 +48,12 @@ def test_a_change_in_the_storage_triggers_a_backup_soon_after(
     # The default 30 s tick: the change, not the tick, decides when the backup runs.
     runner = JobRunner(jobs_settings, factory)
     runner.start()
+    # The storage watcher, as `tbhub serve` wires it, tells the runner about changes.
+    watcher = StorageWatcher(jobs_settings.storage, DatabaseRunSink(factory), mode="inotify",
+                             on_change=runner.notify_change)  # fmt: skip
+    watcher.start()
     try:
+        assert watcher.wait_ready(30)
         time.sleep(0.3)
         assert backup_states(factory) == []  # nothing changed, nothing scheduled
         fill_storage(jobs_settings, runs=1)
@@ -55,6 +62,7 @@ def test_a_change_in_the_storage_triggers_a_backup_soon_after(
             time.sleep(0.1)
         assert backup_states(factory) == ["complete"]
     finally:
+        watcher.stop()
         runner.stop()
 
 

@@ -11,18 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.errors import TbhubError
 from tbhub.jobs import backup, retention, trash
-from tbhub.jobs.config import trash_root
 from tbhub.models import BackupRun
 from tbhub.settings import Settings
-from tbhub.storage.fstype import is_network_filesystem
 
 log = logging.getLogger("tbhub.jobs")
 ACTOR = "scheduler"
@@ -45,7 +41,6 @@ class JobRunner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._observer: Any = None
         self._change_pending_since: float | None = None
         self._last_purge = 0.0
         self._last_retention = clock()  # the first scheduled apply is one interval away
@@ -53,8 +48,6 @@ class JobRunner:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self.settings.backup_target and self.settings.backup_after_change_seconds:
-            self._observer = self._watch_storage()
         self._thread = threading.Thread(target=self._run, name="tbhub-jobs", daemon=True)
         self._thread.start()
 
@@ -62,14 +55,14 @@ class JobRunner:
         """Stop after the job in progress (if any) ends."""
         self._stop.set()
         self._wake.set()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
 
     def notify_change(self) -> None:
-        """The storage changed: take a snapshot `backup_after_change_seconds` from now."""
+        """The storage changed (the storage watcher calls this): take a snapshot
+        `backup_after_change_seconds` from now. Without that setting it costs nothing."""
+        if not (self.settings.backup_target and self.settings.backup_after_change_seconds):
+            return
         if self._change_pending_since is None:
             self._change_pending_since = self.clock()
         self._wake.set()
@@ -137,31 +130,6 @@ class JobRunner:
         except Exception:
             log.exception("%s failed", name)
         return [name]
-
-    # -- change trigger ---------------------------------------------------------------------
-
-    def _watch_storage(self) -> Any:
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
-        from watchdog.observers import Observer
-        from watchdog.observers.polling import PollingObserver
-
-        root = self.settings.storage
-        trash = str(trash_root(self.settings).resolve())
-        runner = self
-
-        class Changed(FileSystemEventHandler):
-            def on_any_event(self, event: FileSystemEvent) -> None:
-                path = str(event.src_path)
-                if event.event_type not in ("opened", "closed_no_write") and not path.startswith(
-                    trash
-                ):
-                    runner.notify_change()
-
-        # inotify does not see writes from other NFS clients (DESIGN.md decision 9).
-        observer = PollingObserver(timeout=30) if is_network_filesystem(root) else Observer()
-        observer.schedule(Changed(), str(Path(root).resolve()), recursive=True)
-        observer.start()
-        return observer
 
 
 def start_jobs(settings: Settings, factory: sessionmaker[Session]) -> JobRunner:

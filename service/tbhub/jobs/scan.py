@@ -14,6 +14,9 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from tbhub.errors import UnsafePath
+from tbhub.jobs.fsops import DIR_FLAGS, open_below
+
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
@@ -24,9 +27,6 @@ class RunInfo:
     bytes: int
     files: int
     last_write: float  # newest mtime of its files, epoch seconds (0.0 when it has none)
-
-
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def scan_project(project_dir: str | os.PathLike[str], project: str) -> list[RunInfo]:
@@ -93,6 +93,32 @@ def _walk(
         del runs[mark:]  # runs nested in this one move with it
         runs.append(RunInfo(project, rel, total, count, newest))
     return total, count, newest
+
+
+def scan_under(project_dir: str | os.PathLike[str], project: str, rel: str) -> list[RunInfo]:
+    """The runs at or below `rel` (a directory inside the project; '' is the whole project):
+    the watcher's re-scan of one changed run or new subtree, by the same walk as above. The
+    way to `rel` is opened one directory at a time without following symlinks, so a path that
+    is gone, or that passes through a symlink (out of the project, say), holds no runs."""
+    if not rel:
+        return scan_project(project_dir, project)
+    parts = rel.split("/")
+    runs: list[RunInfo] = []
+    try:
+        top = os.open(project_dir, DIR_FLAGS)
+    except OSError:
+        return runs
+    try:
+        parent = open_below(top, parts[:-1])
+    except (UnsafePath, OSError):
+        return runs
+    finally:
+        os.close(top)
+    try:
+        _walk(parent, parts[-1], rel, project, runs)
+    finally:
+        os.close(parent)
+    return runs
 
 
 def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:

@@ -1,0 +1,328 @@
+"""The storage watcher: a directory that gets event files becomes a run in the registry, and
+every run's size and last write stay current (DESIGN.md decision 9).
+
+watchdog's inotify observer watches local disks. On NFS/CIFS/FUSE, where inotify misses what
+other clients write, its polling observer walks the tree every `watch_poll_interval` seconds
+with `lstat`, so a symlink (out of the project, say) is never walked into. Either way an event
+only marks a directory dirty. A flush thread then re-measures each dirty run, or each new
+subtree, with the walk retention uses (jobs/scan.py), so a change costs one run's walk and
+never the whole tree's. The results go to a sink (the runs table); the watcher keeps the last
+state it reported per project. Every change also calls `on_change`, the job runner's hook
+for change-triggered backups.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers.api import BaseObserver
+
+from tbhub.jobs.scan import EVENT_FILE_PREFIX, RunInfo, scan_projects, scan_under
+from tbhub.names import PROJECT_SLUG
+from tbhub.storage.fstype import is_network_filesystem
+
+log = logging.getLogger("tbhub.watcher")
+
+WatchMode = Literal["inotify", "polling"]
+# Only changes. Without this filter inotify also reports every open and close of a directory,
+# and each walk (ours, or watchdog re-adding watches) floods its queue with them.
+CHANGE_EVENTS = [
+    FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent,
+]  # fmt: skip
+QUIET_EVENTS = frozenset({"opened", "closed", "closed_no_write"})
+
+
+@dataclass
+class ProjectChanges:
+    """What the sink hears about one project: runs new or changed, and runs gone from disk."""
+
+    project: str
+    runs: list[RunInfo] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+
+
+class RunSink(Protocol):
+    def record(self, changes: list[ProjectChanges]) -> None:
+        """Store the changes; raise to have them offered again at the next flush."""
+
+
+class RunIndex:
+    """The runs of each project as last reported to the sink, by path."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, RunInfo]] = {}
+        self._bytes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def owner(self, project: str, rel: str) -> str | None:
+        """The known run at `rel` or above it (a run owns everything under it)."""
+        with self._lock:
+            runs = self._runs.get(project, {})
+            parts = rel.split("/") if rel else []
+            for depth in range(1, len(parts) + 1):
+                candidate = "/".join(parts[:depth])
+                if candidate in runs:
+                    return candidate
+        return None
+
+    def diff(self, project: str, rel: str, found: list[RunInfo]) -> ProjectChanges:
+        """How `found` (every run at or under `rel` now) differs from what is known."""
+        with self._lock:
+            runs = self._runs.get(project, {})
+            known = [p for p in runs if not rel or p == rel or p.startswith(rel + "/")]
+        now = {run.path for run in found}
+        return ProjectChanges(
+            project,
+            runs=[run for run in found if runs.get(run.path) != run],
+            gone=[path for path in known if path not in now],
+        )
+
+    def apply(self, changes: ProjectChanges) -> None:
+        with self._lock:
+            runs = self._runs.setdefault(changes.project, {})
+            total = self._bytes.get(changes.project, 0)
+            for path in changes.gone:
+                old = runs.pop(path, None)
+                total -= old.bytes if old else 0
+            for run in changes.runs:
+                old = runs.get(run.path)
+                total += run.bytes - (old.bytes if old else 0)
+                runs[run.path] = run
+            self._bytes[changes.project] = total
+
+    def project_bytes(self, project: str) -> int | None:
+        """Bytes of the project's runs, or None before the first scan saw the project."""
+        with self._lock:
+            return self._bytes.get(project)
+
+
+def choose_mode(root: Path, configured: str) -> WatchMode:
+    if configured in ("inotify", "polling"):
+        return configured  # type: ignore[return-value]
+    return "polling" if is_network_filesystem(root) else "inotify"
+
+
+def make_observer(mode: WatchMode, poll_interval: float) -> BaseObserver:
+    if mode == "inotify":
+        from watchdog.observers.inotify import InotifyObserver
+
+        return InotifyObserver()
+    from watchdog.observers.polling import PollingObserverVFS
+
+    # lstat: a symlinked directory is a link, not a directory to walk into.
+    return PollingObserverVFS(stat=os.lstat, listdir=os.scandir, polling_interval=poll_interval)
+
+
+class StorageWatcher:
+    def __init__(
+        self,
+        root: Path,
+        sink: RunSink,
+        *,
+        mode: WatchMode,
+        poll_interval: float = 10.0,
+        on_change: Callable[[], None] = lambda: None,
+        settle: float = 0.1,
+        min_gap: float = 0.5,
+        retry_after: float = 5.0,
+    ) -> None:
+        self.root = root.resolve()
+        self.sink = sink
+        self.mode = mode
+        self.poll_interval = poll_interval
+        self.on_change = on_change
+        self.settle = settle  # let a burst of events gather before a flush
+        self.min_gap = min_gap  # at most one flush (one DB write) per this many seconds
+        self.retry_after = retry_after
+        self.index = RunIndex()
+        self._prefix = str(self.root) + os.sep
+        self._dirty: set[tuple[str, str, bool]] = set()  # (project, dir, may hold a new run)
+        self._dirty_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._observer: BaseObserver | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Watch first, then scan: a change made during the first scan is not missed."""
+        self._observer = self._start_observer()
+        self._thread = threading.Thread(target=self._run, name="tbhub-watcher", daemon=True)
+        self._thread.start()
+
+    def _start_observer(self) -> BaseObserver:
+        handler = _Handler(self)
+        observer = make_observer(self.mode, self.poll_interval)
+        observer.schedule(handler, str(self.root), recursive=True, event_filter=CHANGE_EVENTS)
+        try:
+            observer.start()
+        except OSError as exc:
+            if self.mode != "inotify":
+                raise
+            # Out of inotify watches or instances: polling still finds every run.
+            log.warning(
+                "inotify cannot watch %s (%s); polling every %gs instead (raise "
+                "fs.inotify.max_user_watches to use inotify)", self.root, exc, self.poll_interval
+            )  # fmt: skip
+            self.mode = "polling"
+            observer = make_observer("polling", self.poll_interval)
+            observer.schedule(handler, str(self.root), recursive=True, event_filter=CHANGE_EVENTS)
+            observer.start()
+        log.info("watching %s for runs (%s)", self.root, self.mode)
+        return observer
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """True once the first full scan has reached the sink."""
+        return self._ready.wait(timeout)
+
+    # -- what others tell us ----------------------------------------------------------------
+
+    def mark_dirty(self, project: str, rel: str) -> None:
+        """Something under `<project>/<rel>` changed (an upload says so without waiting for
+        the next poll on NFS)."""
+        with self._dirty_lock:
+            self._dirty.add((project, rel, True))
+        self._wake.set()
+
+    def event_path(self, path: str, is_directory: bool) -> bool:
+        """Note a changed path; False when it is outside every project."""
+        if not path.startswith(self._prefix):
+            return False
+        parts = path[len(self._prefix) :].split(os.sep)
+        if not PROJECT_SLUG.fullmatch(parts[0]):
+            return False  # the trash, upload staging or anything else that is no project
+        if is_directory:
+            rel, may_be_run = "/".join(parts[1:]), True
+        else:
+            rel, may_be_run = "/".join(parts[1:-1]), parts[-1].startswith(EVENT_FILE_PREFIX)
+        with self._dirty_lock:
+            self._dirty.add((parts[0], rel, may_be_run))
+        self._wake.set()
+        return True
+
+    # -- the flush thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._scan_everything()
+                break
+            except Exception:
+                log.exception("first scan of %s failed; trying again", self.root)
+                self._stop.wait(self.retry_after)
+        self._ready.set()
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.wait(self.settle):
+                break
+            self._wake.clear()
+            started = time.monotonic()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("recording storage changes failed; retrying")
+                self._stop.wait(self.retry_after)
+                self._wake.set()
+                continue
+            self._stop.wait(max(0.0, self.min_gap - (time.monotonic() - started)))
+
+    def _scan_everything(self) -> None:
+        with os.scandir(self.root) as entries:
+            projects = [
+                e.name
+                for e in entries
+                if PROJECT_SLUG.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+            ]
+        scanned = scan_projects([(str(self.root / name), name) for name in projects])
+        changes = [
+            self.index.diff(name, "", runs) for name, runs in zip(projects, scanned, strict=True)
+        ]
+        self.sink.record(changes)
+        for change in changes:
+            self.index.apply(change)
+
+    def flush(self) -> list[ProjectChanges]:
+        """Re-measure what is dirty and hand the differences to the sink."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        targets: dict[str, set[str]] = {}
+        for project, rel, may_be_run in dirty:
+            target = self.index.owner(project, rel)
+            if target is None and may_be_run:
+                target = rel
+            if target is not None:
+                targets.setdefault(project, set()).add(target)
+        changes = []
+        for project, rels in targets.items():
+            for rel in _outermost(rels):
+                found = scan_under(self.root / project, project, rel)
+                change = self.index.diff(project, rel, found)
+                if change.runs or change.gone:
+                    changes.append(change)
+        if changes:
+            try:
+                self.sink.record(changes)
+            except Exception:
+                with self._dirty_lock:  # offer the same directories again next time
+                    self._dirty |= dirty
+                raise
+            for change in changes:
+                self.index.apply(change)
+        return changes
+
+
+def _outermost(rels: set[str]) -> list[str]:
+    """Drop every path that lies under another one in the set (its walk covers it)."""
+    kept: list[str] = []
+    for rel in sorted(rels):
+        if not any(rel == k or not k or rel.startswith(k + "/") for k in kept):
+            kept.append(rel)
+    return kept
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: StorageWatcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in QUIET_EVENTS:
+            return
+        if event.is_directory and event.event_type == "modified":
+            return  # a directory's mtime: the file events inside it say more
+        paths = [event.src_path, event.dest_path] if event.dest_path else [event.src_path]
+        touched = False
+        for path in paths:
+            text = os.fsdecode(path)
+            touched = self.watcher.event_path(text, event.is_directory) or touched
+        if touched:
+            self.watcher.on_change()

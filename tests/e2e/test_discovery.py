@@ -1,0 +1,35 @@
+"""Runs written straight to the storage show up in GET /runs with the watcher polling, as it
+does on NFS, within one poll interval (plus a second)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tbhub.sample_logs import write_run
+from tests.e2e.harness import TbhubServer, wait_until
+
+POLL = 1.0
+
+
+def test_polling_watcher_discovers_a_run_within_one_interval(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server(watch_mode="polling", watch_poll_interval=str(POLL))
+    server.add_user("alice", "alice-password-1")
+    server.add_project("vision", owner="alice")
+    server.start()
+    api = server.token_client(server.add_token("alice", ["vision"]))
+    (server.storage / "vision" / "outside-link").symlink_to(server.data_dir, True)
+
+    write_run(server.storage / "vision" / "nfs" / "run-1", steps=5)
+    written = time.monotonic()
+
+    def listed() -> list[str]:
+        runs = api.get("/api/v1/projects/vision/runs").json()["runs"]
+        return [run["path"] for run in runs]
+
+    wait_until(lambda: "nfs/run-1" in listed(), timeout=POLL + 1, what="polling discovery")
+    assert time.monotonic() - written <= POLL + 1
+    time.sleep(POLL)  # a full poll after it: the symlink out of the project stays out
+    assert listed() == ["nfs/run-1"]
