@@ -32,6 +32,7 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})/$"',
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})(?:/.*)?$"',
         "= /metrics",
+        '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/files/"',
         "@control_plane",
         "/",
     }
@@ -51,3 +52,13 @@ def test_board_location_routes_by_the_hook_answer(tmp_path: Path) -> None:
     assert "proxy_pass http://$board_upstream;" in text
     assert "listen 127.0.0.1:18999;" in text
     assert "server 127.0.0.1:18998;" in text
+
+
+def test_uploads_stream_through_with_a_one_chunk_body_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    settings.upload_max_chunk_bytes = 5 << 20
+    text = render_config(settings)
+    body = text.split('/runs/[0-9]+/files/" {', 1)[1].split("}", 1)[0]
+    assert "proxy_request_buffering off;" in body
+    assert f"client_max_body_size {5 << 20};" in body
+    assert "error_page 413 = @upload_too_large;" in body

@@ -85,3 +85,32 @@ class BackupFailed(TbhubError):
 class BadRequest(TbhubError):
     code = "bad_request"
     http_status = 400
+
+
+# -- uploads (issue 8) ----------------------------------------------------------------------------
+
+
+class ChecksumMismatch(TbhubError):
+    code = "checksum_mismatch"
+    http_status = 400
+
+
+class OffsetMismatch(TbhubError):
+    """A chunk that does not start where the file ends; `offset` is where it does."""
+
+    code = "offset_mismatch"
+    http_status = 409
+
+    def __init__(self, message: str, *, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class TooLarge(TbhubError):
+    code = "too_large"
+    http_status = 413
+
+
+class InsufficientStorage(TbhubError):
+    code = "insufficient_storage"
+    http_status = 507

@@ -84,6 +84,7 @@ def render_config(settings: Settings) -> str:
         security_headers=COMMON_HEADERS,
         board_path_regex=BOARD_PATH_REGEX,
         unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,
+        upload_max_body=settings.upload_max_chunk_bytes,
     )
 
 

@@ -17,11 +17,13 @@ import httpx
 import psutil
 from sqlalchemy.orm import Session
 
+from tbhub.auth.tokens import create_token
 from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.models import TokenScope
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.projects import create_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
-from tbhub.users import create_user
+from tbhub.users import create_user, get_user
 from tests.forms import csrf_header, form_token
 
 TBHUB = str(Path(sys.executable).with_name("tbhub"))
@@ -183,6 +185,20 @@ class TbhubServer:
         with self.db() as session:
             create_project(session, name=name, storage_root=self.storage, owner=owner, actor="test")
         return self.storage / name
+
+    def add_token(self, user: str, projects: list[str], *, scope: str = "write") -> str:
+        """A token of `user` for `projects`; returns the secret."""
+        with self.db() as session:
+            _row, secret = create_token(
+                session, user=get_user(session, name=user), name=f"{user}-{scope}",
+                scope=TokenScope(scope), projects=projects, expires_at=None, actor="test",
+            )  # fmt: skip
+        return secret
+
+    def token_client(self, secret: str) -> httpx.Client:
+        client = self.client()
+        client.headers["Authorization"] = f"Bearer {secret}"
+        return client
 
     def client(self) -> httpx.Client:
         client = httpx.Client(base_url=self.base_url, timeout=10)

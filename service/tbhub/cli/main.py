@@ -11,6 +11,7 @@ from typer._click import exceptions as click_errors
 
 from tbhub.cli import admin
 from tbhub.cli import runs as runs_cli
+from tbhub.cli import upload as upload_cli
 from tbhub.cli import user as user_cli
 from tbhub.cli.common import handle_errors, out_console, print_error, runtime_settings
 from tbhub.settings import load_settings
@@ -27,6 +28,7 @@ app.add_typer(nginx_app, name="nginx")
 app.add_typer(admin.app, name="admin")
 app.add_typer(runs_cli.app, name="runs")
 app.command("login")(handle_errors(user_cli.login))
+app.command("upload")(handle_errors(upload_cli.upload))
 app.command("run", context_settings={"allow_interspersed_args": False}, no_args_is_help=True)(
     handle_errors(user_cli.run_command)
 )

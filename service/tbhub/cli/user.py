@@ -89,8 +89,13 @@ def default_name(command: list[str]) -> str:
     """'python train.py --lr 1' -> 'train'; '/usr/bin/make' -> 'make'."""
     words = [w for w in command if not w.startswith("-")]
     script = next((w for w in words[1:] if w.endswith(".py")), words[0] if words else "run")
-    stem = "".join(c if c.isalnum() or c in "._-" else "-" for c in Path(script).stem)
-    return stem.strip("-._")[:100] or "run"
+    return safe_run_name(Path(script).stem)
+
+
+def safe_run_name(text: str) -> str:
+    """A run name the API accepts, made from a script or directory name."""
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in text)
+    return name.strip("-._")[:100] or "run"
 
 
 def supervise(command: list[str], env: dict[str, str]) -> tuple[int, bool]:

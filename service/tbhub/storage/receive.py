@@ -1,0 +1,101 @@
+"""One uploaded chunk, from checked bytes to the run directory: the digest, the room it needs
+(the project's retention quota and the disk's free space), and the write itself."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tbhub.errors import InsufficientStorage
+from tbhub.jobs.fsops import open_below, open_dir, split_relative
+from tbhub.storage import uploads
+from tbhub.storage.uploads import FileState, RoomCheck
+from tbhub.storage.usage import ProjectUsage
+from tbhub.upload_protocol import check_digest
+
+
+@dataclass(frozen=True)
+class UploadTarget:
+    """Where a chunk goes and what limits it: one run of one project."""
+
+    storage_root: Path
+    project: str
+    run_path: str
+    quota: int | None  # the project's retention max_project_bytes (None or 0: no quota)
+    min_free: int  # bytes the storage filesystem must keep free
+    usage: ProjectUsage
+
+    @contextmanager
+    def run_dir(self, *, create: bool) -> Iterator[int | None]:
+        """The run directory's fd, walked from the storage root without symlinks; None when
+        it does not exist (and `create` is off)."""
+        root = open_dir(self.storage_root)
+        try:
+            fd = open_below(root, [self.project, *split_relative(self.run_path)], create=create)
+        except FileNotFoundError:
+            fd = None
+        finally:
+            os.close(root)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def room(self) -> RoomCheck:
+        def check(dir_fd: int, size: int) -> None:
+            if self.quota:
+                used = self.usage.bytes(self.project)
+                if used + size > self.quota:
+                    raise InsufficientStorage(
+                        f"project {self.project} holds {used} bytes and its retention quota is "
+                        f"{self.quota}; nothing was written. Ask an owner to raise "
+                        "max_project_bytes, or free space with `tbhub admin retention apply`"
+                    )
+            fs = os.fstatvfs(dir_fd)
+            free = fs.f_bavail * fs.f_frsize
+            if free - size < self.min_free:
+                raise InsufficientStorage(
+                    f"the storage is full: it has {free} bytes free and keeps {self.min_free} "
+                    f"in reserve, so this {size}-byte chunk does not fit; nothing was written. "
+                    "Ask an operator to free space, then resume the upload"
+                )
+
+        return check
+
+
+def file_state(target: UploadTarget, parts: list[str]) -> FileState:
+    with target.run_dir(create=False) as run_fd:
+        if run_fd is None:
+            return FileState("/".join(parts), 0, False, uploads.kind_of(parts[-1]))
+        return uploads.file_state(run_fd, parts)
+
+
+def list_files(target: UploadTarget) -> list[FileState]:
+    with target.run_dir(create=False) as run_fd:
+        return [] if run_fd is None else uploads.list_files(run_fd)
+
+
+def receive_chunk(
+    target: UploadTarget,
+    parts: list[str],
+    *,
+    offset: int,
+    data: bytes,
+    sha256: bytes,
+    complete: bool,
+) -> FileState:
+    """Check the chunk against its digest, then write it; durable before this returns."""
+    check_digest(sha256, hashlib.sha256(data).digest())
+    with target.run_dir(create=True) as run_fd:
+        assert run_fd is not None
+        before = uploads.file_state(run_fd, parts).offset
+        state = uploads.append_chunk(
+            run_fd, parts, offset=offset, data=data, complete=complete, room=target.room()
+        )
+    target.usage.wrote(target.project, target.run_path, max(0, state.offset - before))
+    return state

@@ -1,0 +1,314 @@
+"""Uploads through the real nginx and `tbhub serve`: a real writer's event files reach the
+board with exactly the values written; bad paths, wrong offsets, oversized bodies and full
+storage get their 4xx/5xx; an upload killed half-way resumes with only the remainder; and
+runs written straight to the storage are discovered. One server per database for the module."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import struct
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tbhub.client.upload import Uploader
+from tbhub.models import RetentionOverride
+from tbhub.projects import get_project
+from tbhub.sample_logs import scalar_value, write_run
+from tbhub.upload_protocol import content_digest
+from tests.conftest import DATABASES, postgres_database
+from tests.e2e.harness import TBHUB, TbhubServer, wait_until
+
+pytestmark = pytest.mark.e2e
+CHUNK_LIMIT = 1 << 20
+EVENTS = "events.out.tfevents.1700000000.host.1.0"
+
+
+class Site:
+    def __init__(self, server: TbhubServer, token: str) -> None:
+        self.server = server
+        self.token = token
+        self.api = server.token_client(token)
+
+    def new_run(self, project: str, name: str) -> dict[str, object]:
+        response = self.api.post(f"/api/v1/projects/{project}/runs", json={"name": name})
+        assert response.status_code == 201, response.text
+        return response.json()  # type: ignore[no-any-return]
+
+    def raw(
+        self, method: str, target: str, body: bytes = b"", **headers: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        """A request sent byte for byte as given (httpx would normalise '..' away)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.server.http_port, timeout=30)
+        try:
+            connection.putrequest(method, target, skip_accept_encoding=True)
+            for name, value in {"Authorization": f"Bearer {self.token}",
+                                "Content-Length": str(len(body)), **headers}.items():  # fmt: skip
+                connection.putheader(name, value)
+            connection.endheaders(body)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def site(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("uploads")
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{root / 'tbhub.sqlite3'}"
+        else:
+            url = stack.enter_context(postgres_database())
+        server = TbhubServer(
+            root, url, upload_max_chunk_bytes=str(CHUNK_LIMIT), upload_min_free_bytes="0",
+            watch_mode="inotify",
+        )  # fmt: skip
+        stack.callback(server.cleanup)
+        server.add_user("alice", "alice-password-1")
+        for project in ("vision", "quota", "tiny"):
+            server.add_project(project, owner="alice")
+        with server.db() as session:
+            project_id = get_project(session, name="quota").id
+            session.add(RetentionOverride(project_id=project_id, max_project_bytes=10_000,
+                                          updated_by="test"))  # fmt: skip
+        tiny = server.storage / "tiny"
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(tiny)], check=True)
+        stack.callback(subprocess.run, ["umount", "-l", str(tiny)], check=True)
+        server.start()
+        yield Site(server, server.add_token("alice", ["vision", "quota", "tiny"]))
+
+
+def float32(value: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def test_uploaded_event_files_reach_the_board_with_the_values_written(
+    site: Site, tmp_path: Path
+) -> None:
+    run = site.new_run("vision", "uploaded")
+    local = tmp_path / "local"
+    write_run(local, run_index=3, steps=300, tags=2)
+    (local / "hparams.yaml").write_text("lr: 0.1\n")
+    uploader = Uploader(site.api, str(run["upload_url"]), local, chunk_bytes=64 << 10)
+    report = uploader.sync(final=True)
+    assert report.files == 2
+
+    stored = site.server.storage / "vision" / str(run["path"])
+    event_file = next(local.glob("events.out.tfevents.*"))
+    assert (stored / event_file.name).read_bytes() == event_file.read_bytes()
+    assert (stored / "hparams.yaml").read_text() == "lr: 0.1\n"
+    assert not list(stored.glob(".*"))  # no partial file left behind
+
+    browser = site.server.sign_in("alice", "alice-password-1")
+    url = "/boards/vision/data/plugin/scalars/scalars"
+    params = {"run": str(run["path"]), "tag": "metric/1"}
+
+    def scalars() -> list[list[float]] | None:
+        response = browser.get(url, params=params, headers={"X-Requested-With": "XMLHttpRequest"})
+        return response.json() if response.status_code == 200 and response.json() else None
+
+    points = wait_until(scalars, timeout=60, what="the board to serve the uploaded run")
+    assert isinstance(points, list)
+    assert [(step, value) for _t, step, value in points] == [
+        (step, float32(scalar_value(3, 1, step))) for step in range(300)
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../../../../etc/passwd",
+        "a/../../x",
+        "/etc/passwd",
+        "%2e%2e/%2e%2e/x",
+        "%2E%2E%2Fx",
+        "%252e%252e/x",
+        "..%5c..%5cx",
+        "a\\..\\b",
+        "a%00b",
+        "a%0ab",
+        "./x",
+        "a//b",
+    ],
+)
+def test_every_path_that_could_leave_the_run_gets_400(site: Site, path: str) -> None:
+    run = site.new_run("vision", "paths")
+    body = b"data"
+    target = f"/api/v1/projects/vision/runs/{run['id']}/files/{path}"
+    status, _headers, answer = site.raw(
+        "PATCH", target, body, **{"Upload-Offset": "0", "Content-Digest": content_digest(body)}
+    )
+    assert status == 400, (path, answer)
+    if answer.startswith(b"{"):  # nginx itself refuses a few forms before tbhub sees them
+        assert json.loads(answer)["error"]["code"] == "unsafe_path"
+    assert list((site.server.storage / "vision" / str(run["path"])).rglob("*")) == []
+    assert not (site.server.storage / "etc").exists()
+
+
+def test_a_symlink_in_the_run_is_never_written_through(site: Site, tmp_path: Path) -> None:
+    run = site.new_run("vision", "symlink")
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    stored = site.server.storage / "vision" / str(run["path"])
+    stored.mkdir(parents=True, exist_ok=True)
+    (stored / EVENTS).symlink_to(outside)
+    response = site.api.patch(
+        f"{run['upload_url']}{EVENTS}", content=b"x",
+        headers={"Upload-Offset": "4", "Content-Digest": content_digest(b"x")},
+    )  # fmt: skip
+    assert response.status_code == 400
+    assert outside.read_bytes() == b"keep"
+
+
+def test_a_chunk_at_the_wrong_offset_gets_409_with_the_right_one(site: Site) -> None:
+    run = site.new_run("vision", "offsets")
+    url = f"{run['upload_url']}{EVENTS}"
+
+    def patch(offset: int, data: bytes) -> httpx.Response:
+        return site.api.patch(url, content=data, headers={
+            "Upload-Offset": str(offset), "Content-Digest": content_digest(data)})  # fmt: skip
+
+    assert patch(0, b"abcd").headers["Upload-Offset"] == "4"
+    wrong = patch(2, b"zz")
+    assert wrong.status_code == 409
+    assert wrong.headers["Upload-Offset"] == "4"
+    assert wrong.json()["error"]["code"] == "offset_mismatch"
+    assert patch(0, b"abcd").status_code == 200  # an idempotent retry
+    assert site.api.head(url).headers["Upload-Offset"] == "4"
+    bad = site.api.patch(url, content=b"ef", headers={
+        "Upload-Offset": "4", "Content-Digest": content_digest(b"xx")})  # fmt: skip
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "checksum_mismatch")
+    assert (site.server.storage / "vision" / str(run["path"]) / EVENTS).read_bytes() == b"abcd"
+
+
+def test_a_body_over_the_limit_gets_413_as_json(site: Site) -> None:
+    run = site.new_run("vision", "large")
+    data = b"x" * (CHUNK_LIMIT + 1)
+    response = site.api.patch(
+        f"{run['upload_url']}{EVENTS}", content=data,
+        headers={"Upload-Offset": "0", "Content-Digest": content_digest(data)},
+    )  # fmt: skip
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
+    assert not (site.server.storage / "vision" / str(run["path"]) / EVENTS).exists()
+
+
+@pytest.mark.parametrize(("project", "wording"), [("quota", "retention quota"),
+                                                  ("tiny", "storage is full")])  # fmt: skip
+def test_a_project_over_quota_or_a_full_disk_gets_507(
+    site: Site, project: str, wording: str
+) -> None:
+    run = site.new_run(project, "big")
+    data = os.urandom(CHUNK_LIMIT - 100)
+    response = site.api.patch(
+        f"{run['upload_url']}{EVENTS}", content=data,
+        headers={"Upload-Offset": "0", "Content-Digest": content_digest(data)},
+    )  # fmt: skip
+    assert response.status_code == 507
+    assert wording in response.json()["error"]["message"]
+    assert not (site.server.storage / project / str(run["path"]) / EVENTS).exists()
+
+
+def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
+    site: Site, tmp_path: Path
+) -> None:
+    local = tmp_path / "big-run"
+    name = "events.out.tfevents.1700000000.resume.1.0"
+    local.mkdir()
+    (local / name).write_bytes(os.urandom(48 << 20))
+    env = {**os.environ, "TBHUB_URL": site.server.base_url, "TBHUB_TOKEN": site.token,
+           "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
+    command = [TBHUB, "upload", str(local), "--project", "vision", "--json"]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        stored = wait_until(lambda: next((site.server.storage / "vision").glob(f"*/{name}"),
+                                         None), timeout=30, what="the upload to start")  # fmt: skip
+        assert isinstance(stored, Path)
+        wait_until(lambda: stored.stat().st_size >= 4 << 20, timeout=30, what="4 MiB uploaded")
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.wait(timeout=10)
+    held = stored.stat().st_size
+    assert 0 < held < 48 << 20, "the upload finished before it could be killed"
+
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    result = json.loads(second.stdout)
+    assert result["bytes_sent"] == (48 << 20) - held
+    digest = hashlib.sha256((local / name).read_bytes()).hexdigest()
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == digest
+
+
+def test_a_run_written_straight_to_the_storage_is_discovered(site: Site) -> None:
+    write_run(site.server.storage / "vision" / "direct" / "run-7", steps=5)
+
+    def discovered() -> dict[str, object] | None:
+        runs = site.api.get("/api/v1/projects/vision/runs", params={"status": "discovered"})
+        return next((r for r in runs.json()["runs"] if r["path"] == "direct/run-7"), None)
+
+    run = wait_until(discovered, timeout=2, what="the run in GET /runs (inotify)")
+    assert isinstance(run, dict)
+    event_file = next((site.server.storage / "vision" / "direct" / "run-7").iterdir())
+    assert (run["source"], run["files"], run["bytes"]) == (
+        "discovered",
+        1,
+        event_file.stat().st_size,
+    )
+
+
+def test_while_a_job_writes_only_whole_records_are_sent(site: Site, tmp_path: Path) -> None:
+    run = site.new_run("vision", "live")
+    local = tmp_path / "live"
+    write_run(local, steps=50)
+    event_file = next(local.glob("events.out.tfevents.*"))
+    whole = event_file.stat().st_size
+    with event_file.open("ab") as fh:  # the writer is half-way through its next record
+        fh.write(struct.pack("<Q", 100) + b"\0" * 20)
+    uploader = Uploader(site.api, str(run["upload_url"]), local)
+    uploader.sync()
+    stored = site.server.storage / "vision" / str(run["path"]) / event_file.name
+    assert stored.stat().st_size == whole
+    uploader.sync(final=True)
+    assert stored.read_bytes() == event_file.read_bytes()
+
+
+def test_upload_watch_follows_new_data_until_interrupted(site: Site, tmp_path: Path) -> None:
+    local = tmp_path / "watched"
+    write_run(local / "a", steps=10)
+    env = {**os.environ, "TBHUB_URL": site.server.base_url, "TBHUB_TOKEN": site.token,
+           "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
+    command = [TBHUB, "upload", str(local), "--project", "vision", "--watch",
+               "--interval", "0.2", "--json"]  # fmt: skip
+    watcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        stored_root = wait_until(
+            lambda: next((site.server.storage / "vision").glob("*-watched/a"), None),
+            timeout=30, what="the first pass",
+        )  # fmt: skip
+        assert isinstance(stored_root, Path)
+        write_run(local / "b", steps=10)  # new data while it watches
+        wait_until(lambda: list((stored_root.parent / "b").glob("events.*")), timeout=30,
+                   what="the new run's file")  # fmt: skip
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    assert watcher.returncode == 0, err
+    assert json.loads(out)["files"] >= 1
+    for name in ("a", "b"):
+        source = next((local / name).glob("events.*"))
+        assert (stored_root.parent / name / source.name).read_bytes() == source.read_bytes()

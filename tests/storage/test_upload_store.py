@@ -1,0 +1,210 @@
+"""The upload store on a real filesystem: append-only resumable files, retries, offsets,
+atomic completion, and paths and symlinks that must never lead out of the run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+from tbhub.storage.uploads import append_chunk, file_state, list_files
+from tbhub.upload_protocol import check_upload_path
+
+EVENTS = "events.out.tfevents.1700000000.host.1.0"
+
+
+def no_limit(_dir_fd: int, _size: int) -> None:
+    return None
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "storage" / "vision" / "run-1"
+    path.mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def run_fd(run_dir: Path) -> Iterator[int]:
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    yield fd
+    os.close(fd)
+
+
+def put(run_fd: int, path: str, offset: int, data: bytes, *, complete: bool = False) -> int:
+    state = append_chunk(
+        run_fd, check_upload_path(path), offset=offset, data=data, complete=complete,
+        room=no_limit,
+    )  # fmt: skip
+    return state.offset
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "../x",
+        "a/../../x",
+        "..",
+        "/etc/passwd",
+        "%2e%2e/x",  # double-encoded '..' arrives decoded once
+        "%252e%252e/x",
+        "a\\..\\b",
+        "..\\x",
+        "a\0b",
+        "a\nb",
+        "",
+        "a//b",
+        "./x",
+        "x/",
+        "hparams.yaml.tbhub-partial",
+        "a" * 256,
+        "/".join(["d"] * 600),
+    ],
+)
+def test_paths_that_could_leave_the_run_are_refused(raw: str) -> None:
+    with pytest.raises(UnsafePath):
+        check_upload_path(raw)
+
+
+def test_ordinary_paths_pass() -> None:
+    assert check_upload_path(f"train/{EVENTS}") == ["train", EVENTS]
+    assert check_upload_path(".hydra/config.yaml") == [".hydra", "config.yaml"]
+
+
+def test_event_file_grows_in_place_and_resumes_at_its_end(run_fd: int, run_dir: Path) -> None:
+    assert put(run_fd, EVENTS, 0, b"abc") == 3
+    assert (run_dir / EVENTS).read_bytes() == b"abc"  # visible at once: the board follows it
+    assert put(run_fd, EVENTS, 3, b"def") == 6
+    state = file_state(run_fd, [EVENTS])
+    assert (state.offset, state.complete, state.kind) == (6, False, "events")
+
+
+def test_a_retried_chunk_succeeds_without_writing_twice(run_fd: int, run_dir: Path) -> None:
+    put(run_fd, EVENTS, 0, b"abc")
+    put(run_fd, EVENTS, 3, b"def")
+    assert put(run_fd, EVENTS, 3, b"def") == 6
+    assert put(run_fd, EVENTS, 0, b"abc") == 6
+    assert (run_dir / EVENTS).read_bytes() == b"abcdef"
+
+
+def test_a_chunk_at_the_wrong_offset_names_the_right_one(run_fd: int, run_dir: Path) -> None:
+    put(run_fd, EVENTS, 0, b"abc")
+    for offset, data in ((5, b"zz"), (2, b"zz"), (0, b"xyz")):
+        with pytest.raises(OffsetMismatch) as caught:
+            put(run_fd, EVENTS, offset, data)
+        assert caught.value.offset == 3
+    assert (run_dir / EVENTS).read_bytes() == b"abc"
+
+
+def test_a_first_chunk_not_at_zero_creates_nothing(run_fd: int, run_dir: Path) -> None:
+    with pytest.raises(OffsetMismatch) as caught:
+        put(run_fd, EVENTS, 10, b"x")
+    assert caught.value.offset == 0
+    assert list(run_dir.iterdir()) == []
+
+
+def test_other_files_appear_only_whole(run_fd: int, run_dir: Path) -> None:
+    put(run_fd, "cfg/hparams.yaml", 0, b"lr: ")
+    assert not (run_dir / "cfg" / "hparams.yaml").exists()
+    assert "tfevents" not in os.listdir(run_dir / "cfg")[0]
+    assert file_state(run_fd, ["cfg", "hparams.yaml"]).offset == 4
+    put(run_fd, "cfg/hparams.yaml", 4, b"0.1\n", complete=True)
+    assert os.listdir(run_dir / "cfg") == ["hparams.yaml"]
+    assert (run_dir / "cfg" / "hparams.yaml").read_bytes() == b"lr: 0.1\n"
+    state = file_state(run_fd, ["cfg", "hparams.yaml"])
+    assert (state.offset, state.complete, state.kind) == (8, True, "file")
+
+
+def test_retrying_the_completing_chunk_succeeds(run_fd: int, run_dir: Path) -> None:
+    put(run_fd, "a.txt", 0, b"hello", complete=True)
+    assert put(run_fd, "a.txt", 0, b"hello", complete=True) == 5
+    with pytest.raises(OffsetMismatch) as caught:
+        put(run_fd, "a.txt", 2, b"XXX", complete=True)
+    assert caught.value.offset == 0
+    assert (run_dir / "a.txt").read_bytes() == b"hello"
+
+
+def test_a_finished_file_is_replaced_only_by_a_whole_new_version(
+    run_fd: int, run_dir: Path
+) -> None:
+    put(run_fd, "a.txt", 0, b"hello", complete=True)
+    put(run_fd, "a.txt", 0, b"HEL")
+    assert (run_dir / "a.txt").read_bytes() == b"hello"  # the old version until the new is whole
+    put(run_fd, "a.txt", 3, b"LO!", complete=True)
+    assert (run_dir / "a.txt").read_bytes() == b"HELLO!"
+
+
+def test_an_unfinished_file_can_start_over_from_zero(run_fd: int, run_dir: Path) -> None:
+    put(run_fd, "a.txt", 0, b"old-")
+    assert put(run_fd, "a.txt", 0, b"new") == 3
+    put(run_fd, "a.txt", 3, b"!", complete=True)
+    assert (run_dir / "a.txt").read_bytes() == b"new!"
+
+
+def test_listing_shows_final_names_with_their_offsets(run_fd: int) -> None:
+    put(run_fd, f"train/{EVENTS}", 0, b"12345")
+    put(run_fd, "hparams.yaml", 0, b"ab")
+    put(run_fd, "done.txt", 0, b"x", complete=True)
+    listed = {s.path: (s.offset, s.complete, s.kind) for s in list_files(run_fd)}
+    assert listed == {
+        f"train/{EVENTS}": (5, False, "events"),
+        "hparams.yaml": (2, False, "file"),
+        "done.txt": (1, True, "file"),
+    }
+
+
+def test_symlinks_in_the_run_are_never_followed(tmp_path: Path, run_fd: int, run_dir: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target").write_bytes(b"keep")
+    (run_dir / EVENTS).symlink_to(outside / "target")
+    (run_dir / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(UnsafePath):
+        put(run_fd, EVENTS, 4, b"more")
+    with pytest.raises(UnsafePath):
+        put(run_fd, "sub/new.txt", 0, b"x", complete=True)
+    with pytest.raises(UnsafePath):
+        file_state(run_fd, [EVENTS])
+    assert os.listdir(outside) == ["target"]
+    assert (outside / "target").read_bytes() == b"keep"
+
+
+def test_a_refused_first_chunk_leaves_no_empty_file(run_fd: int, run_dir: Path) -> None:
+    def full(_dir_fd: int, size: int) -> None:
+        raise InsufficientStorage(f"no room for {size} bytes")
+
+    with pytest.raises(InsufficientStorage):
+        append_chunk(run_fd, [EVENTS], offset=0, data=b"abc", complete=False, room=full)
+    assert list(run_dir.iterdir()) == []
+
+
+@pytest.fixture
+def tiny_run_fd(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """A run directory on a 1 MiB tmpfs this test mounts, unmounted even on failure."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    try:
+        fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield fd, mount
+        finally:
+            os.close(fd)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_keeps_nothing_of_the_chunk(tiny_run_fd: tuple[int, Path]) -> None:
+    fd, mount = tiny_run_fd
+    put(fd, EVENTS, 0, b"a" * 1000)
+    with pytest.raises(InsufficientStorage, match="storage is full"):
+        put(fd, EVENTS, 1000, os.urandom(2 << 20))
+    assert (mount / EVENTS).read_bytes() == b"a" * 1000
+    assert put(fd, EVENTS, 1000, b"b") == 1001  # and the upload resumes where it was
