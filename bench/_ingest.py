@@ -1,0 +1,118 @@
+"""What the upload and discovery benchmarks share: a log tree of real event files and a
+running `tbhub serve` with an API token for the bench project."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from _harness import CACHE_ROOT, PROJECT, USER, Tbhub, log, temp_dir
+
+PNG_SIZE = 96  # pixels per side of each logged image
+
+
+def _png(rng: np.random.Generator) -> bytes:
+    """A noise image as PNG, written with the standard library's zlib only."""
+    import struct
+    import zlib
+
+    pixels = rng.integers(0, 256, size=(PNG_SIZE, PNG_SIZE, 3), dtype=np.uint8)
+    raw = b"".join(b"\x00" + row.tobytes() for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", PNG_SIZE, PNG_SIZE, 8, 2, 0, 0, 0)
+    return b"".join([b"\x89PNG\r\n\x1a\n", chunk(b"IHDR", header),
+                     chunk(b"IDAT", zlib.compress(raw, 1)), chunk(b"IEND", b"")])  # fmt: skip
+
+
+def write_mixed_run(logdir: Path, *, steps: int, seed: int) -> None:
+    """A run as training jobs log it, with TensorBoard's own writer: 8 scalars, 2 histograms
+    and 1 image per step."""
+    rng = np.random.default_rng(seed)
+    writer = EventFileWriter(str(logdir), max_queue_size=1000, flush_secs=120)
+    try:
+        for step in range(steps):
+            values = [Summary.Value(tag=f"loss/{i}", simple_value=float(rng.random()))
+                      for i in range(8)]  # fmt: skip
+            for i in range(2):
+                counts = rng.integers(0, 100, size=30).astype(float)
+                values.append(Summary.Value(tag=f"weights/{i}", histo=HistogramProto(
+                    min=0.0, max=1.0, num=float(counts.sum()), sum=1.0, sum_squares=1.0,
+                    bucket_limit=list(np.linspace(0, 1, 30)), bucket=list(counts))))  # fmt: skip
+            image = Summary.Image(height=PNG_SIZE, width=PNG_SIZE, colorspace=3,
+                                  encoded_image_string=_png(rng))  # fmt: skip
+            values.append(Summary.Value(tag="samples", image=image))
+            writer.add_event(
+                Event(wall_time=1.7e9 + step, step=step, summary=Summary(value=values))
+            )
+    finally:
+        writer.close()
+
+
+def log_tree(total_bytes: int, runs: int) -> Path:
+    """`runs` runs of real event files adding up to about `total_bytes`; written once (one run
+    with TensorBoard's writer, copied under the other names) and cached."""
+    key = f"tree-{total_bytes >> 20}m-{runs}r"
+    root = CACHE_ROOT / key
+    if (root / "complete").exists():
+        return root / "tree"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE_ROOT))
+    try:
+        log(f"writing a {total_bytes >> 20} MiB log tree into {root} (once) ...")
+        first = staging / "tree" / "run-00"
+        step_bytes = 0
+        probe = staging / "probe"
+        write_mixed_run(probe, steps=20, seed=0)
+        step_bytes = sum(f.stat().st_size for f in probe.iterdir()) // 20
+        steps = max(1, total_bytes // runs // step_bytes)
+        write_mixed_run(first, steps=steps, seed=1)
+        for index in range(1, runs):
+            shutil.copytree(first, staging / "tree" / f"run-{index:02d}")
+        (staging / "complete").write_text(f"{runs} runs x {steps} steps\n")
+        shutil.rmtree(root, ignore_errors=True)
+        staging.rename(root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root / "tree"
+
+
+def tree_bytes(tree: Path) -> int:
+    return sum(f.stat().st_size for f in tree.rglob("*") if f.is_file())
+
+
+@contextlib.contextmanager
+def serving(prefix: str, **settings: str) -> Iterator[tuple[Tbhub, httpx.Client]]:
+    """A started `tbhub serve` on a scratch storage root, and an API client with a write
+    token for the bench project."""
+    with temp_dir(prefix) as work:
+        env = {f"TBHUB_{name.upper()}": value for name, value in settings.items()}
+        hub = Tbhub(root=work, storage_root=work / "storage", extra_env=env)
+        try:
+            hub.set_up()
+            token = hub.cli("admin", "token", "create", "--user", USER, "--project", PROJECT)
+            hub.start()
+            secret = next(w for w in token.split() if w.startswith("tbh_"))
+            headers = {"Authorization": f"Bearer {secret}"}
+            with httpx.Client(base_url=hub.base_url, headers=headers, timeout=60.0) as api:
+                yield hub, api
+        finally:
+            hub.stop()
+
+
+def new_run(api: httpx.Client, name: str) -> dict[str, object]:
+    response = api.post(f"/api/v1/projects/{PROJECT}/runs", json={"name": name})
+    response.raise_for_status()
+    return response.json()  # type: ignore[no-any-return]
