@@ -220,6 +220,19 @@ def test_a_project_over_quota_or_a_full_disk_gets_507(
     assert not (site.server.storage / project / str(run["path"]) / EVENTS).exists()
 
 
+def settled_size(path: Path) -> int:
+    """The size once chunks the server had fully received before the kill are written:
+    the same for half a second (wait_until asks every 0.1 s)."""
+    sizes = [-1]
+
+    def quiet() -> bool:
+        sizes.append(path.stat().st_size)
+        return len(set(sizes[-6:])) == 1
+
+    wait_until(quiet, timeout=30, what="the file to stop growing")
+    return sizes[-1]
+
+
 def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
     site: Site, tmp_path: Path
 ) -> None:
@@ -239,7 +252,7 @@ def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
         first.send_signal(signal.SIGKILL)
     finally:
         first.wait(timeout=10)
-    held = stored.stat().st_size
+    held = settled_size(stored)
     assert 0 < held < 48 << 20, "the upload finished before it could be killed"
 
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
