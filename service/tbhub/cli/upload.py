@@ -21,7 +21,7 @@ from tbhub.cli.user import safe_run_name
 from tbhub.client import Client
 from tbhub.client.config import config_path
 from tbhub.client.upload import Uploader
-from tbhub.errors import InvalidInput
+from tbhub.errors import InvalidInput, TbhubError
 
 
 def upload(
@@ -55,13 +55,23 @@ def upload(
             remember_run(client.config.url, project, local, run_id)
             err_console.print(f"registered run {run_id} in {project}", highlight=False)
         info = client.get_run(project, run_id)
-        report = send(client, str(info["upload_url"]), local, watch, interval, quiet=as_json)
+        try:
+            report = send(client, str(info["upload_url"]), local, watch, interval, quiet=as_json)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                f"upload into run {run_id} interrupted; run the same command again to send "
+                "the rest (only what the server lacks is sent)"
+            ) from None
     result = {"project": project, "run": run_id, "files": report.files,
               "bytes_sent": report.bytes_sent, "skipped": report.skipped}  # fmt: skip
     emit(result, as_json=as_json, human=lambda: out_console.print(
         f"run {run_id} of {project}: sent {human_bytes(report.bytes_sent)} in "
         f"{report.files} file(s)" + (f"; skipped {len(report.skipped)} path(s) the server "
         "would refuse" if report.skipped else "")))  # fmt: skip
+
+
+class Interrupted(TbhubError):
+    code = "interrupted"
 
 
 def send(client: Client, upload_url: str, local: Path, watch: bool, interval: float,

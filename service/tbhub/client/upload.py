@@ -200,7 +200,11 @@ class Uploader:
     ) -> None:
         assert self._remote is not None
         remote = self._remote[local.rel]
-        with open(local.path, "rb") as fh, _mapped(fh, end) as data:
+        try:
+            fh = open(local.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:  # removed since the walk: nothing to send
+            return
+        with fh, _mapped(fh, end) as data:
             while remote.offset < end or (complete and not remote.complete):
                 offset = remote.offset
                 if offset > end:
@@ -273,6 +277,8 @@ class Uploader:
                 except TbhubError as exc:
                     log.warning("upload pass failed, will retry: %s", exc.message)
                     self.error = exc
+                except OSError as exc:  # a local file that changed under us; next pass
+                    log.warning("upload pass failed, will retry: %s", exc)
 
         self._thread = threading.Thread(target=loop, name="tbhub-upload", daemon=True)
         self._thread.start()
