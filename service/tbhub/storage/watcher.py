@@ -223,6 +223,8 @@ class StorageWatcher:
             return False  # the trash, upload staging or anything else that is no project
         if is_directory:
             rel, may_be_run = "/".join(parts[1:]), True
+        elif len(parts) == 2:
+            return True  # a file right in the project directory belongs to no run
         else:
             rel, may_be_run = "/".join(parts[1:-1]), parts[-1].startswith(EVENT_FILE_PREFIX)
         with self._dirty_lock:
