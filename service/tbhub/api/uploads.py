@@ -22,11 +22,12 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import PathConvertor, register_url_convertor
 
-from tbhub.api.fields import MAX_INT64
+from tbhub.api.runs import RunId
 from tbhub.auth.caller import require_project
 from tbhub.deps import (
     AppContext,
     ContextDep,
+    ProjectInPath,
     bearer_scheme,
     cookie_scheme,
     get_caller,
@@ -67,8 +68,6 @@ router = APIRouter(
     dependencies=[Security(bearer_scheme), Security(cookie_scheme)],
 )
 
-ProjectName = Annotated[str, Path(max_length=63, description="The project's slug")]
-RunId = Annotated[int, Path(ge=1, le=MAX_INT64)]
 FilePath = Annotated[
     str,
     Path(
@@ -159,7 +158,7 @@ def _headers(state: FileState) -> dict[str, str]:
 
 @router.get("/", response_model=FilesOut, summary="Every file of the run and its offset")
 async def list_run_files(
-    request: Request, context: ContextDep, project: ProjectName, run_id: RunId
+    request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId
 ) -> FilesOut:
     target = await run_in_threadpool(_target, request, context, project, run_id)
     files = await run_in_threadpool(receive.list_files, target)
@@ -168,7 +167,7 @@ async def list_run_files(
 
 @router.head("/{path:uploadpath}", summary="How much of a file the server holds (headers only)")
 async def head_file(
-    request: Request, context: ContextDep, project: ProjectName, run_id: RunId, path: FilePath
+    request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId, path: FilePath
 ) -> Response:
     state = await _state(request, context, project, run_id, path)
     return Response(headers=_headers(state))
@@ -178,7 +177,7 @@ async def head_file(
     "/{path:uploadpath}", response_model=FileOut, summary="How much of a file the server holds"
 )
 async def get_file(
-    request: Request, context: ContextDep, project: ProjectName, run_id: RunId, path: FilePath
+    request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId, path: FilePath
 ) -> Response:
     return _out(await _state(request, context, project, run_id, path))
 
@@ -200,7 +199,7 @@ async def _state(
 async def append_chunk(
     request: Request,
     context: ContextDep,
-    project: ProjectName,
+    project: ProjectInPath,
     run_id: RunId,
     path: FilePath,
     upload_offset: OffsetHeader = None,
@@ -225,7 +224,7 @@ async def append_chunk(
 async def put_file(
     request: Request,
     context: ContextDep,
-    project: ProjectName,
+    project: ProjectInPath,
     run_id: RunId,
     path: FilePath,
     content_digest: DigestHeader = None,
