@@ -20,7 +20,9 @@ def test_polling_watcher_discovers_a_run_within_one_interval(
     server.add_project("vision", owner="alice")
     server.start()
     api = server.token_client(server.add_token("alice", ["vision"]))
-    (server.storage / "vision" / "outside-link").symlink_to(server.data_dir, True)
+    outside = server.data_dir.parent / "outside"
+    write_run(outside / "secret-run", steps=5)  # a run the link below would lead to
+    (server.storage / "vision" / "outside-link").symlink_to(outside, True)
 
     write_run(server.storage / "vision" / "nfs" / "run-1", steps=5)
     written = time.monotonic()
