@@ -84,6 +84,18 @@ def test_tbhub_run_registers_exports_and_marks_finished(hub: Hub) -> None:
     assert board_scalars(hub, str(run["path"]), "metric/0", 5) == expected_scalars(5)
 
 
+def test_tbhub_run_with_upload_sends_the_logs_and_the_board_shows_them(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "-n", "uploaded", "--upload", "--", sys.executable,
+                     "-c", WRITE_EVENTS + "; print(os.environ['TBHUB_RUN_ID'], "
+                     "os.environ['TBHUB_LOGDIR'])")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id, local = done.stdout.split()
+    run = hub.run(int(run_id))
+    assert run["status"] == "finished"
+    assert not local.startswith(str(hub.server.storage))  # it wrote locally, then uploaded
+    assert board_scalars(hub, str(run["path"]), "metric/0") == expected_scalars(5)
+
+
 def test_tbhub_run_passes_the_exit_code_and_marks_failed(hub: Hub) -> None:
     done = hub.tbhub("run", "-p", "vision", "--", sys.executable, "-c",
                      "import os, sys; print(os.environ['TBHUB_RUN_ID']); sys.exit(3)")  # fmt: skip
@@ -175,8 +187,9 @@ def test_client_imports_and_registers_with_only_httpx_installed(
     script = textwrap.dedent("""
         import sys
         from tbhub.client import Run
-        with Run("vision", "bare") as run:
-            pass
+        with Run("vision", "bare", upload=True) as run:
+            with open(run.logdir + "/notes.txt", "w") as notes:
+                notes.write("uploaded with only httpx")
         heavy = {"fastapi", "sqlalchemy", "pydantic", "tensorboard", "typer", "rich"}
         print(run.id, run.status, sorted(heavy & set(sys.modules)))
     """)
@@ -186,4 +199,7 @@ def test_client_imports_and_registers_with_only_httpx_installed(
     assert done.returncode == 0, done.stderr
     run_id, status, loaded = done.stdout.split(maxsplit=2)
     assert (status, loaded.strip()) == ("finished", "[]")
-    assert hub.run(int(run_id))["name"] == "bare"
+    run = hub.run(int(run_id))
+    assert run["name"] == "bare"
+    notes = hub.server.storage / "vision" / str(run["path"]) / "notes.txt"
+    assert notes.read_text() == "uploaded with only httpx"
