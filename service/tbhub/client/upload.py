@@ -94,7 +94,7 @@ class Uploader:
         retries: int = 5,
         backoff: float = 0.5,
         settle_seconds: float = 5.0,
-        parallel: int = 4,
+        parallel: int = 8,
         on_progress: Progress | None = None,
     ) -> None:
         self.http = http
