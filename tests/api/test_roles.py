@@ -8,6 +8,7 @@ from itertools import count
 import httpx
 import pytest
 
+from tbhub.upload_protocol import content_digest
 from tests.api.conftest import Team
 
 CALLERS = [None, "eve", "carol", "bob", "alice", "root",
@@ -23,6 +24,8 @@ MATRIX: dict[str, list[int]] = {
     "annotate run":    [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "pin run":         [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
     "trash run":       [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "upload a chunk":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "upload offsets":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "set member":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "board settings":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
@@ -63,6 +66,14 @@ ACTIONS: dict[str, Action] = {
     ),
     "trash run": lambda t, h: t.client.delete(
         f"/api/v1/projects/vision/runs/{_new_run(t)}", headers=h
+    ),
+    "upload a chunk": lambda t, h: t.client.patch(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}/files/events.out.tfevents.1",
+        content=b"x",
+        headers={**h, "Upload-Offset": "0", "Content-Digest": content_digest(b"x")},
+    ),
+    "upload offsets": lambda t, h: t.client.get(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}/files/", headers=h
     ),
     "set policy": lambda t, h: t.client.put(
         "/api/v1/projects/vision/retention", json={"keep_last": 5}, headers=h
