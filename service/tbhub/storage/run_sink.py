@@ -42,11 +42,8 @@ class DatabaseRunSink:
             return
         with transaction(self.factory) as session:
             names = [c.project for c in changes]
-            ids = dict(
-                session.execute(select(Project.name, Project.id).where(Project.name.in_(names)))
-                .tuples()
-                .all()
-            )
+            query = select(Project.name, Project.id).where(Project.name.in_(names))
+            ids = {name: project_id for name, project_id in session.execute(query)}
             for change in changes:
                 project_id = ids.get(change.project)
                 if project_id is not None:  # a directory that is no project has no runs
