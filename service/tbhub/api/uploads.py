@@ -101,9 +101,20 @@ CompleteHeader = Annotated[
         "place); `?0` or absent: more follows",
     ),
 ]
+STATE_HEADERS = {
+    OFFSET_HEADER: {"description": "Bytes of the file the server holds: send from here",
+                    "schema": {"type": "integer", "minimum": 0}},
+    COMPLETE_HEADER: {"description": "`?1` once a non-event file is whole under its name",
+                      "schema": {"type": "string", "enum": ["?0", "?1"]}},
+}  # fmt: skip
+STATE = {200: {"description": "The file's state", "headers": STATE_HEADERS}}
 ERRORS = {
+    **STATE,
     400: {"description": "A path that could leave the run, or a chunk that fails its digest"},
-    409: {"description": "The chunk does not start where the file ends: `Upload-Offset` says"},
+    409: {
+        "description": "The chunk does not start where the file ends",
+        "headers": {OFFSET_HEADER: STATE_HEADERS[OFFSET_HEADER]},
+    },
     413: {"description": "A body over TBHUB_UPLOAD_MAX_CHUNK_BYTES"},
     507: {"description": "The project is over its retention quota, or the storage is full"},
 }
@@ -165,7 +176,11 @@ async def list_run_files(
     return FilesOut(files=[FileOut(**state.as_json()) for state in files])  # type: ignore[arg-type]
 
 
-@router.head("/{path:uploadpath}", summary="How much of a file the server holds (headers only)")
+@router.head(
+    "/{path:uploadpath}",
+    responses=STATE,  # type: ignore[arg-type]
+    summary="How much of a file the server holds (headers only)",
+)
 async def head_file(
     request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId, path: FilePath
 ) -> Response:
@@ -174,7 +189,10 @@ async def head_file(
 
 
 @router.get(
-    "/{path:uploadpath}", response_model=FileOut, summary="How much of a file the server holds"
+    "/{path:uploadpath}",
+    response_model=FileOut,
+    responses=STATE,  # type: ignore[arg-type]
+    summary="How much of a file the server holds",
 )
 async def get_file(
     request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId, path: FilePath
