@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -244,14 +245,20 @@ def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
            "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
     command = [TBHUB, "upload", str(local), "--project", "vision", "--json"]
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        stored = wait_until(lambda: next((site.server.storage / "vision").glob(f"*/{name}"),
-                                         None), timeout=30, what="the upload to start")  # fmt: skip
-        assert isinstance(stored, Path)
-        wait_until(lambda: stored.stat().st_size >= 4 << 20, timeout=30, what="4 MiB uploaded")
-        first.send_signal(signal.SIGKILL)
+    stored: Path | None = None
+    deadline = time.monotonic() + 60
+    try:  # watch closely (every 2 ms): the whole upload may take well under a second
+        while first.poll() is None and time.monotonic() < deadline:
+            stored = stored or next((site.server.storage / "vision").glob(f"*/{name}"), None)
+            if stored is not None and stored.stat().st_size >= 4 << 20:
+                first.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.002)
     finally:
+        if first.poll() is None and time.monotonic() >= deadline:
+            first.kill()
         first.wait(timeout=10)
+    assert stored is not None, "the upload never started"
     held = settled_size(stored)
     assert 0 < held < 48 << 20, "the upload finished before it could be killed"
 
