@@ -93,9 +93,8 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     jobs = start_jobs(settings, context.factory)
     watcher = start_watcher(settings, context, on_change=jobs.notify_change)
     nginx = NginxMaster(settings) if with_nginx else None
-    shutdown_hooks = (backend.close,) + tuple(
-        part.stop for part in (watcher, jobs, nginx) if part is not None
-    )
+    parts = (watcher, jobs, nginx)
+    shutdown_hooks = (backend.close, *(part.stop for part in parts if part is not None))
     app = create_app(context, supervisor=supervisor, on_shutdown=shutdown_hooks)
     try:
         if nginx is not None:
