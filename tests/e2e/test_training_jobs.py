@@ -93,7 +93,7 @@ def test_tbhub_run_with_upload_sends_the_logs_and_the_board_shows_them(hub: Hub)
     run = hub.run(int(run_id))
     assert run["status"] == "finished"
     assert not local.startswith(str(hub.server.storage))  # it wrote locally, then uploaded
-    assert board_scalars(hub, str(run["path"]), "metric/0") == expected_scalars(5)
+    assert board_scalars(hub, str(run["path"]), "metric/0", 5) == expected_scalars(5)
 
 
 def test_tbhub_run_passes_the_exit_code_and_marks_failed(hub: Hub) -> None:
