@@ -1,7 +1,8 @@
 """Uploads through the real nginx and `tbhub serve`: a real writer's event files reach the
 board with exactly the values written; bad paths, wrong offsets, oversized bodies and full
 storage get their 4xx/5xx; an upload killed half-way resumes with only the remainder; and
-runs written straight to the storage are discovered. One server per database for the module."""
+runs written straight to the storage are discovered. One server for the module (SQLite
+unless TBHUB_TEST_E2E_DATABASES says otherwise: uploads touch the database only for auth)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from tbhub.models import RetentionOverride
 from tbhub.projects import get_project
 from tbhub.sample_logs import scalar_value, write_run
 from tbhub.upload_protocol import content_digest
-from tests.conftest import DATABASES, postgres_database
+from tests.conftest import empty_database
+from tests.e2e.conftest import E2E_DATABASES
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -61,16 +63,13 @@ class Site:
             connection.close()
 
 
-@pytest.fixture(scope="module", params=DATABASES)
+@pytest.fixture(scope="module", params=E2E_DATABASES)
 def site(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Site]:
     root = tmp_path_factory.mktemp("uploads")
     with ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{root / 'tbhub.sqlite3'}"
-        else:
-            url = stack.enter_context(postgres_database())
+        url = stack.enter_context(empty_database(request.param, root))
         server = TbhubServer(
             root, url, upload_max_chunk_bytes=str(CHUNK_LIMIT), upload_min_free_bytes="0",
             watch_mode="inotify",
