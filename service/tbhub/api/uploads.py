@@ -178,6 +178,7 @@ async def list_run_files(
 
 @router.head(
     "/{path:uploadpath}",
+    response_class=Response,  # headers only: no body, no media type
     responses=STATE,  # type: ignore[arg-type]
     summary="How much of a file the server holds (headers only)",
 )
