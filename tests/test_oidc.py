@@ -136,10 +136,13 @@ def test_a_replayed_callback_is_refused(
 def forge_pending(client: TestClient, **changes: str) -> None:
     """Re-sign the pending-login cookie with fields changed, as only the server could."""
     signer = PendingSigner(TEST_SECRET)
-    pending = signer.load(client.cookies.get(PENDING_COOKIE, path="/auth/oidc/"))
+    [cookie] = [c for c in client.cookies.jar if c.name == PENDING_COOKIE]
+    pending = signer.load(cookie.value)
     assert pending is not None
+    client.cookies.delete(PENDING_COOKIE, domain=cookie.domain, path=cookie.path)
     client.cookies.set(PENDING_COOKIE, signer.dump(dataclasses.replace(pending, **changes)),
-                       path="/auth/oidc/")  # fmt: skip
+                       domain=cookie.domain, path=cookie.path)  # fmt: skip
+    assert [c.value for c in client.cookies.jar if c.name == PENDING_COOKIE] != [cookie.value]
 
 
 def test_an_id_token_for_another_nonce_is_refused(

@@ -14,17 +14,20 @@ import hmac
 import secrets
 import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from authlib.integrations.httpx_client import OAuth2Client
 from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 from joserfc.jwt import JWTClaimsRegistry
 
 from tbhub.auth.sessions import Signer
+
+if TYPE_CHECKING:
+    from authlib.integrations.httpx_client import OAuth2Client
 from tbhub.errors import ConfigError, NotAuthenticated
 
 PENDING_COOKIE = "tbhub_oidc"
@@ -125,6 +128,12 @@ class OidcClient:
             return self._keys
 
     def _oauth(self, redirect_uri: str) -> OAuth2Client:
+        # Imported when a sign-in needs it: Authlib's httpx integration warns about httpx
+        # at import, which every CLI command would otherwise print.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The httpx module is deprecated")
+            from authlib.integrations.httpx_client import OAuth2Client
+
         return OAuth2Client(
             client_id=self.config.client_id,
             client_secret=self.config.client_secret,
