@@ -152,6 +152,10 @@ def test_demo_while_another_server_holds_the_data_dir_changes_nothing(cli_env: S
         code, out, err = tbhub("demo")
     assert code == 1
     assert "another `tbhub serve`" in err and "password" not in out
-    with transaction(make_session_factory(make_engine(cli_env.db_url))) as session:
-        assert authenticate(session, name="admin", password="the-old-password") is not None
+    engine = make_engine(cli_env.db_url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            assert authenticate(session, name="admin", password="the-old-password") is not None
+    finally:
+        engine.dispose()  # an undisposed PostgreSQL pool warns at a later test's collection
     assert not (cli_env.storage / "demo").exists()
