@@ -4,6 +4,8 @@ or the JSON error shape on stdout with --json; never typer's boxed panel and exi
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,3 +76,23 @@ def test_a_group_without_a_command_prints_its_help_and_succeeds(
 ) -> None:
     code, out, err = run(["admin"], capsys)
     assert code == 0 and "Usage: tbhub admin" in out and err == ""
+
+
+def test_version_is_the_installed_package_version_in_text_and_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    expected = pyproject["project"]["version"]
+    code, out, err = run(["--version"], capsys)
+    assert (code, out, err) == (0, f"tbhub {expected}\n", "")
+    code, out, _ = run(["--version", "--json"], capsys)
+    assert code == 0 and json.loads(out) == {"version": expected}
+
+
+def test_json_before_the_command_is_a_usage_error_that_says_where_it_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(["--json", "admin", "user", "list"], capsys)
+    assert code == 1 and err == ""
+    error = json.loads(out)["error"]
+    assert error["code"] == "usage" and "goes after the command" in error["message"]

@@ -9,11 +9,19 @@ import typer
 # typer parses with its own vendored copy of click; these are the errors it raises.
 from typer._click import exceptions as click_errors
 
+from tbhub import __version__
 from tbhub.cli import admin
 from tbhub.cli import runs as runs_cli
 from tbhub.cli import upload as upload_cli
 from tbhub.cli import user as user_cli
-from tbhub.cli.common import handle_errors, out_console, print_error, runtime_settings
+from tbhub.cli.common import (
+    emit,
+    fail,
+    handle_errors,
+    out_console,
+    print_error,
+    runtime_settings,
+)
 from tbhub.settings import load_settings
 
 app = typer.Typer(
@@ -32,6 +40,23 @@ app.command("upload")(handle_errors(upload_cli.upload))
 app.command("run", context_settings={"allow_interspersed_args": False}, no_args_is_help=True)(
     handle_errors(user_cli.run_command)
 )
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    version: bool = typer.Option(False, "--version", help="Print tbhub's version and exit."),
+    as_json: bool = typer.Option(
+        False, "--json", help='With --version: print {"version": ...} as JSON.'
+    ),
+) -> None:
+    # Options of `tbhub` itself; the help text is the Typer's above.
+    if version:
+        emit({"version": __version__}, as_json=as_json,
+             human=lambda: out_console.print(f"tbhub {__version__}", highlight=False))  # fmt: skip
+        raise typer.Exit(0)
+    if as_json:
+        fail("--json goes after the command, e.g. `tbhub admin user list --json`; "
+             "see `tbhub --help`", as_json=as_json, code="usage")  # fmt: skip
 
 
 @app.command()
