@@ -20,13 +20,19 @@ $(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json
 	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
 	@touch $(OIDC_STAMP)
 
+# axe-core, which the browser tests inject into each page (locked).
+AXE_STAMP := tests/axe/node_modules/.installed
+$(AXE_STAMP): tests/axe/package.json tests/axe/package-lock.json
+	npm ci --prefix tests/axe --no-audit --no-fund --loglevel=error
+	@touch $(AXE_STAMP)
+
 demo: venv
 	@deploy/install-system-deps.sh
 	$(BIN)/tbhub demo
 
 test: venv
 	@deploy/install-system-deps.sh test
-	@$(MAKE) --no-print-directory $(OIDC_STAMP)
+	@$(MAKE) --no-print-directory $(OIDC_STAMP) $(AXE_STAMP)
 	$(BIN)/ruff check service tests bench alembic
 	$(BIN)/mypy
 	$(BIN)/pytest

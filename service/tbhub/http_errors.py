@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,6 +44,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> Response:
     if not request.url.path.startswith("/api/") and wants_html(request):
+        if status == 401 and request.method == "GET":  # a page for signed-in people
+            return sign_in_redirect(request)
         context = {
             "status": status,
             "code": code,
@@ -58,6 +61,12 @@ def error_response(
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
+
+
+def sign_in_redirect(request: Request) -> Response:
+    """Send a signed-out browser to sign in, and back to this page afterwards."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/auth/login?{urlencode({'next': here})}", status_code=303)
 
 
 def database_unreachable(exc: BaseException) -> bool:

@@ -9,12 +9,10 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub import audit
-from tbhub.auth.csrf import binding_of, new_nonce
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import (
     AppContext,
     ContextDep,
-    OptionalUser,
     SessionDep,
     client_address,
     set_session_cookie,
@@ -22,8 +20,8 @@ from tbhub.deps import (
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.models import User
 from tbhub.projects import visible_projects
-from tbhub.templating import render
 from tbhub.users import authenticate
+from tbhub.web.render import WebUser, check_form_token, page
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger("tbhub")
@@ -44,34 +42,10 @@ def safe_next(target: str | None) -> str:
     return target
 
 
-def _with_csrf(
-    request: Request, name: str, context: dict[str, Any], status_code: int = 200
-) -> Response:
-    """Render a page whose forms carry the CSRF token of this session (or, before sign-in,
-    of a nonce cookie set here)."""
-    app: AppContext = request.app.state.context
-    binding = binding_of(request, app.cookies)
-    nonce = None if binding else new_nonce()
-    token = app.csrf.token(binding or nonce or "")
-    response = render(request, name, {**context, "csrf_token": token}, status_code=status_code)
-    if nonce is not None:
-        secure = app.settings.public_url.startswith("https://")
-        response.set_cookie(app.cookies.csrf, nonce, httponly=True, samesite="strict",
-                            secure=secure)  # fmt: skip
-    return response
-
-
-def _check_form_token(request: Request, context: AppContext, token: str, what: str) -> None:
-    if not context.csrf.valid(binding_of(request, context.cookies), token):
-        raise Forbidden(f"the {what} form expired; reload the page and try again")
-
-
 @router.get("/")
-def home(request: Request, user: OptionalUser, session: SessionDep) -> Response:
-    if user is None:
-        return RedirectResponse("/auth/login", status_code=302)
+def home(request: Request, user: WebUser, session: SessionDep) -> Response:
     projects = visible_projects(session, user=user)
-    return _with_csrf(request, "home.html", {"user": user, "projects": projects})
+    return page(request, "home.html", {"projects": projects}, user=user)
 
 
 @router.get("/auth/login")
@@ -80,7 +54,7 @@ def login_form(
     context: ContextDep,
     next: Annotated[str, Query(max_length=URL_PATH_MAX)] = "/",
 ) -> Response:
-    return _with_csrf(request, "login.html", login_page(context, safe_next(next)))
+    return page(request, "login.html", login_page(context, safe_next(next)))
 
 
 def login_page(context: AppContext, next_path: str, error: str | None = None) -> dict[str, Any]:
@@ -107,15 +81,15 @@ def login(
         raise Forbidden(
             "local accounts are turned off here; sign in with your organisation's account"
         )
-    _check_form_token(request, context, csrf_token, "sign-in")
+    check_form_token(request, csrf_token, "sign-in")
     address = client_address(request)
     wait = context.sign_ins.wait_seconds(username, address)
     if wait > 0:
         log.warning("sign-in refused for %r from %s: throttled for %.0fs", username, address, wait)
         minutes = f"{wait / 60:.0f} minutes" if wait >= 120 else f"{wait:.0f} seconds"
-        page = login_page(context, safe_next(next), f"too many failed sign-ins for this account "
+        values = login_page(context, safe_next(next), f"too many failed sign-ins for this account "
                           f"or from your address; try again in {minutes}")  # fmt: skip
-        response = _with_csrf(request, "login.html", page, status_code=429)
+        response = page(request, "login.html", values, status_code=429)
         response.headers["Retry-After"] = str(int(wait) + 1)
         return response
     try:
@@ -125,8 +99,8 @@ def login(
         audit.record(session, actor="anonymous", action="auth.sign_in_failed", target=username,
                      address=address, method="local")  # fmt: skip
         log.warning("sign-in refused for %r from %s: wrong name or password", username, address)
-        page = login_page(context, safe_next(next), exc.message)
-        return _with_csrf(request, "login.html", page, status_code=401)
+        values = login_page(context, safe_next(next), exc.message)
+        return page(request, "login.html", values, status_code=401)
     context.sign_ins.succeeded(username)
     audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
                  address=address, method="local")  # fmt: skip
@@ -146,7 +120,7 @@ def logout(
     context: ContextDep,
     csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
 ) -> Response:
-    _check_form_token(request, context, csrf_token, "sign-out")
+    check_form_token(request, csrf_token, "sign-out")
     response = RedirectResponse("/auth/login", status_code=303)
     response.delete_cookie(context.cookies.session, path="/")
     return response

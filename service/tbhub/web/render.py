@@ -1,0 +1,89 @@
+"""What every server-rendered page shares: the signed-in user for the header, the CSRF token
+its forms carry, notices after an action, and the sign-in redirect for signed-out readers.
+
+Pages are rendered with `page()`; a form's POST handler checks its token with
+`check_form_token()` and answers with `done()` (a 303 back to a page, with a notice key)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import Depends, Request
+from fastapi.responses import RedirectResponse, Response
+
+from tbhub.auth.csrf import binding_of, new_nonce
+from tbhub.deps import AppContext, OptionalUser
+from tbhub.errors import Forbidden, NotAuthenticated
+from tbhub.models import User
+from tbhub.templating import render
+
+# Notices a page shows after an action, by key: the query string names one, never the text,
+# so a link cannot make tbhub's page say what its author wants.
+NOTICES = {
+    "project_created": "Project created.",
+    "member_added": "Member added.",
+    "member_removed": "Member removed.",
+    "team_role_set": "Team role saved.",
+    "team_role_removed": "Team role removed.",
+    "token_revoked": "Token revoked.",
+    "share_revoked": "Share link revoked.",
+    "run_pinned": "Run pinned: retention will keep it.",
+    "run_unpinned": "Run unpinned.",
+    "restored": "Restored from the trash.",
+    "policy_saved": "Retention policy saved.",
+    "board_restarting": "The board is being replaced; readers are not cut off.",
+    "board_stopping": "The board stops as soon as nobody reads it.",
+    "board_pinned": "Board pinned: it is never stopped for being idle.",
+    "board_unpinned": "Board unpinned.",
+    "user_created": "User created.",
+    "user_updated": "User saved.",
+}
+
+
+def web_user(user: OptionalUser) -> User:
+    """The signed-in user of a page; a signed-out browser is sent to sign in and back."""
+    if user is None:
+        raise NotAuthenticated("sign in to see this page")
+    return user
+
+
+WebUser = Annotated[User, Depends(web_user)]
+
+
+def page(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    *,
+    user: User | None = None,
+    status_code: int = 200,
+) -> Response:
+    """Render a page with the header's user, its notice and the CSRF token of this session
+    (or, before sign-in, of a nonce cookie set here) for its forms."""
+    app: AppContext = request.app.state.context
+    binding = binding_of(request, app.cookies)
+    nonce = None if binding else new_nonce()
+    token = app.csrf.token(binding or nonce or "")
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    values = {"user": user, "notice": notice, **context, "csrf_token": token}
+    response = render(request, name, values, status_code=status_code)
+    if nonce is not None:
+        secure = app.settings.public_url.startswith("https://")
+        response.set_cookie(app.cookies.csrf, nonce, httponly=True, samesite="strict",
+                            secure=secure)  # fmt: skip
+    return response
+
+
+def check_form_token(request: Request, token: str, what: str) -> None:
+    app: AppContext = request.app.state.context
+    if not app.csrf.valid(binding_of(request, app.cookies), token):
+        raise Forbidden(f"the {what} form expired; reload the page and try again")
+
+
+def done(path: str, notice: str) -> Response:
+    """After a form's action: back to a page (303, so a reload does not repeat it)."""
+    if notice not in NOTICES:
+        raise ValueError(f"unknown notice {notice!r}")
+    separator = "&" if "?" in path else "?"
+    return RedirectResponse(f"{path}{separator}{urlencode({'notice': notice})}", status_code=303)
