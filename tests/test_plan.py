@@ -366,6 +366,25 @@ def test_a_board_being_replaced_or_drained_is_marked_swapping() -> None:
     assert not swapping([board("old", pss=100 * MiB)])
 
 
+def test_a_board_over_its_limit_once_is_swapping_before_its_replacement_starts() -> None:
+    """One observation over the limit: no restart yet, but nginx stops caching answers that
+    point at the board, so the switch a pass later reaches every reader at once."""
+
+    def observed(pss: int, health: Health, *, answers: bool = True, **changes: object
+                 ) -> tuple[list[str], bool]:  # fmt: skip
+        old = board("old", pss=pss, ready=answers)
+        result = plan(want(**changes), [old], now=NOW, policy=HEAL,
+                      health={"old": health})  # fmt: skip
+        return describe(result), result.observed["p"].swapping
+
+    assert observed(300 * MiB, seen()) == ([], True), "first time over: no restart, no cache"
+    assert observed(100 * MiB, seen(over_limit=1)) == ([], False), "back under: cached again"
+    assert observed(100 * MiB, seen(), answers=False) == ([], True), "a missed probe"
+    backing_off = observed(300 * MiB, seen(over_limit=4), memory_backoffs=1,
+                           memory_retry_at=NOW + 60)  # fmt: skip
+    assert backing_off == ([], False), "during a memory backoff nothing is coming: cached"
+
+
 def test_a_project_with_a_link_out_of_it_gets_no_board_and_its_board_is_killed() -> None:
     desired = want(unsafe_link="run-x -> /storage/other/run")
     result = plan(desired, [board("old")], now=NOW, policy=HEAL, health={"old": seen()})

@@ -65,6 +65,14 @@ class BoardPlan:
     def over_limit(self, instance: Instance) -> bool:
         return self.health(instance).over_limit >= self.policy.over_limit_after
 
+    def replacement_likely(self, instance: Instance) -> bool:
+        """Over its limit or missing probes already: a coming pass may replace it. Answers
+        pointing at it are not cached from now on, so that when the switch comes, readers
+        move to the new board at once instead of when a cached answer expires."""
+        health, want = self.health(instance), self.want
+        backing_off = want.memory_retry_at is not None and self.now < want.memory_retry_at
+        return (health.over_limit > 0 and not backing_off) or health.probe_failures > 0
+
     def replacement_reason(self, instance: Instance) -> str | None:
         """Why this instance must give way to a new one, if it must."""
         if not self.current(instance):
@@ -144,8 +152,13 @@ class BoardPlan:
         replacing = bool(alive) and any(
             isinstance(a, Start) and a.spec.project == want.project for a in result.actions
         )
+        swapping = (
+            replacing
+            or len(alive) > 1
+            or (serving is not None and self.replacement_likely(serving))
+        )
         self._observe(serving, alive, backing_off=backing_off, timed_out=timed_out,
-                      swapping=replacing or len(alive) > 1)  # fmt: skip
+                      swapping=swapping)  # fmt: skip
         if self.note is None and self._fresh_and_within_limit(serving):
             result.memory_backoff.setdefault(want.project, MemoryBackoff(0, None))
         return cold_start
