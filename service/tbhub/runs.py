@@ -105,9 +105,9 @@ class _Taken(Exception):
     """The candidate directory exists on disk already; try the next suffix."""
 
 
-def _candidates(session: Session, project_id: int, stem: str) -> Iterator[str]:
-    """`stem`, `stem-2`, `stem-3`, ... skipping the paths the registry already holds."""
-    taken = set(
+def _taken(session: Session, project_id: int, stem: str) -> set[str]:
+    """The paths the registry holds at `stem` or `stem-<anything>`."""
+    return set(
         session.scalars(
             select(Run.path).where(
                 Run.project_id == project_id,
@@ -115,6 +115,10 @@ def _candidates(session: Session, project_id: int, stem: str) -> Iterator[str]:
             )
         )
     )
+
+
+def _candidates(stem: str, taken: set[str]) -> Iterator[str]:
+    """`stem`, `stem-2`, `stem-3`, ... skipping the paths the registry already holds."""
     for k in range(1, MAX_SUFFIX + 1):
         candidate = stem if k == 1 else f"{stem}-{k}"
         if candidate not in taken:
@@ -159,8 +163,8 @@ def register_run(
     inside_root(base, parent)  # a symlinked group directory must not lead out of the project
     stem = "/".join([*group_parts, f"{now:%Y%m%d-%H%M%S}-{name}"])
     with factory() as probe:
-        candidates = list(_candidates(probe, project_id, stem))
-    for path in candidates:
+        taken = _taken(probe, project_id, stem)
+    for path in _candidates(stem, taken):
         try:
             with transaction(factory) as session, _made_dir(base / path):
                 run = Run(
