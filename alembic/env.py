@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy import text
 
 from tbhub.db import make_engine
+from tbhub.leader_lock import LOCK_CLASS, MIGRATIONS
 from tbhub.models import Base
 
 config = context.config
@@ -28,6 +30,12 @@ def run_migrations_online() -> None:
             render_as_batch=connection.dialect.name == "sqlite",
         )
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                # Replicas starting together upgrade one after the other; the second then
+                # finds the schema current (held until this transaction ends).
+                connection.execute(
+                    text(f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {MIGRATIONS})")
+                )
             context.run_migrations()
     engine.dispose()
 

@@ -2,7 +2,8 @@
 
 - sample data, generated once with tbhub.sample_logs and cached under the temp dir;
 - processes started in their own session and stopped by process group, never by name;
-- a real `tbhub serve` (control plane, supervisor, nginx) on ports picked in 19000-19499,
+- a real `tbhub serve` (control plane, supervisor, nginx) on ports picked in 19000-19499
+  (TBHUB_BENCH_PORTS=low-high moves them),
   with a user and a project created through the `tbhub admin` CLI and a signed-in session;
 - a bare TensorBoard on the same logdir, for comparison;
 - small statistics and report helpers.
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +37,16 @@ from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
 
 HOST = "127.0.0.1"
-PORT_RANGE = range(19000, 19500)
+
+
+def port_range(spec: str) -> range:
+    """ "19000-19499" -> range(19000, 19500)."""
+    low, high = (int(part) for part in spec.split("-"))
+    return range(low, high + 1)
+
+
+# TBHUB_BENCH_PORTS moves the benchmarks to other ports when several run on one machine.
+PORT_RANGE = port_range(os.environ.get("TBHUB_BENCH_PORTS", "19000-19499"))
 BIN_DIR = Path(sys.executable).parent
 TBHUB_BIN = str(BIN_DIR / "tbhub")
 TENSORBOARD_BIN = str(BIN_DIR / "tensorboard")
@@ -52,7 +63,7 @@ _handed_out: set[int] = set()
 
 
 def free_port() -> int:
-    """A port in 19000-19499 nothing listens on now and this process has not handed out."""
+    """A port in PORT_RANGE nothing listens on now and this process has not handed out."""
     candidates = [p for p in PORT_RANGE if p not in _handed_out]
     random.shuffle(candidates)
     for port in candidates:
@@ -339,6 +350,31 @@ class Tbhub:
 
     def board_url(self, path: str) -> str:
         return f"{self.base_url}/boards/{PROJECT}/{path.lstrip('/')}"
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+# A server where the benchmarks may create and drop databases (the tests' variable).
+POSTGRES_ADMIN_URL = os.environ.get(
+    "TBHUB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A new, empty database, dropped afterwards."""
+    from sqlalchemy import create_engine, text
+
+    name = f"tbhub_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 # -- bare TensorBoard -------------------------------------------------------------------------

@@ -18,32 +18,12 @@ import asyncio
 import json
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import PROJECT, USER, Tbhub, emit_json, log, median, temp_dir
-
-POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    name = f"tbhub_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+from _harness import PROJECT, USER, Tbhub, emit_json, log, median, postgres_database, temp_dir
 
 
 async def one_round(base_url: str, token: str, *, clients: int, requests: int, tag: str

@@ -124,6 +124,13 @@ class AccessTracker:
             pending, self._pending = self._pending, {}
         return pending
 
+    def restore(self, pending: dict[int, datetime]) -> None:
+        """Put back accesses that could not be written, keeping the later of two times."""
+        with self._lock:
+            for project_id, at in pending.items():
+                if project_id not in self._pending or self._pending[project_id] < at:
+                    self._pending[project_id] = at
+
 
 def request_board(session: Session, *, project_id: int, now: datetime) -> bool:
     board = session.get(Board, project_id)

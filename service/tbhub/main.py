@@ -1,4 +1,5 @@
-"""create_app(settings): routers, error mapping and the lifespan that runs the supervisor."""
+"""create_app(settings): routers, error mapping and the lifespan that runs what serves beside
+the app (the replica: the supervisor and jobs when it leads)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Protocol
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -43,7 +45,6 @@ from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.storage.usage import ProjectUsage
-from tbhub.supervisor.loop import Supervisor
 from tbhub.web import board_origin, oidc, pages, share
 
 log = logging.getLogger("tbhub")
@@ -99,21 +100,28 @@ def oidc_client(settings: Settings) -> OidcClient | None:
     )
 
 
+class Background(Protocol):
+    """What runs beside the app for its lifetime (`tbhub serve`: replica.Replica)."""
+
+    def start(self) -> None: ...
+    def shutdown(self) -> None: ...
+
+
 def create_app(
     context: AppContext,
     *,
-    supervisor: Supervisor | None = None,
+    duties: Background | None = None,
     on_shutdown: tuple[Callable[[], None], ...] = (),
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if supervisor is not None:
-            supervisor.start()
+        if duties is not None:
+            duties.start()
         try:
             yield
         finally:
-            if supervisor is not None:
-                supervisor.shutdown(stop_boards=True)
+            if duties is not None:
+                duties.shutdown()
             for hook in on_shutdown:
                 hook()
             context.engine.dispose()

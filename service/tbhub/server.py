@@ -1,28 +1,26 @@
-"""`tbhub serve`: the control plane (uvicorn), the supervisor and the nginx master, together."""
+"""`tbhub serve`: the control plane (uvicorn), the nginx master and, on the leader replica,
+the supervisor and the jobs (replica.py, duties.py)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from tbhub.db import upgrade
 from tbhub.deps import AppContext
+from tbhub.duties import LeaderDuties
 from tbhub.errors import ConfigError
-from tbhub.jobs.runner import start_jobs
+from tbhub.leader_lock import LeaderLock, key_fingerprint, replica_name
 from tbhub.locks import LockHeld, hold_lock
 from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
+from tbhub.replica import Replica, board_location
 from tbhub.settings import Settings, prepare_runtime
-from tbhub.storage.run_sink import DatabaseRunSink
-from tbhub.storage.watcher import StorageWatcher, choose_mode
-from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.board_process import raise_open_file_limit
-from tbhub.supervisor.loop import Supervisor, policy_from_settings
-from tbhub.supervisor.state import Limits
 
 log = logging.getLogger("tbhub")
 
@@ -38,22 +36,29 @@ def hold_data_dir_lock(data_dir: Path) -> IO[str]:
         ) from None
 
 
-def start_watcher(
-    settings: Settings, context: AppContext, *, on_change: Callable[[], None]
-) -> StorageWatcher | None:
-    """The storage watcher feeding the runs table, and the upload quota's byte counts."""
-    if settings.watch_mode == "off":
-        return None
-    watcher = StorageWatcher(
-        settings.storage,
-        DatabaseRunSink(context.factory),
-        mode=choose_mode(settings.storage, settings.watch_mode),
-        poll_interval=settings.watch_poll_interval,
-        on_change=on_change,
+def make_replica(settings: Settings, context: AppContext) -> Replica:
+    """Leader from the start on SQLite; on PostgreSQL, whoever holds the advisory lock."""
+    lock = None
+    identity = ("", "")
+    if make_url(settings.db_url).get_backend_name() == "postgresql":
+        assert settings.secret_key is not None
+        identity = (
+            key_fingerprint(settings.secret_key.get_secret_value()),
+            board_location(str(settings.board_states)),
+        )
+        lock = LeaderLock(settings.db_url, replica_name(*identity, settings.http_port))
+    replica = Replica(
+        duties=LeaderDuties(settings, context, may_act=lambda: replica.may_act()),
+        lock=lock,
+        identity=identity,
+        factory=context.factory,
+        tracker=context.tracker,
+        metrics=context.board_metrics,
+        retry=settings.leader_retry_seconds,
+        flush_every=settings.reconcile_interval,
     )
-    watcher.start()
-    context.usage.watcher = watcher
-    return watcher
+    context.wake_supervisor = replica.wake
+    return replica
 
 
 def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None = None) -> None:
@@ -69,33 +74,12 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     upgrade(settings.db_url)
     raise_open_file_limit()
 
-    backend = LocalBackend(
-        state_dir=settings.data_dir / "boards",
-        owner=str(settings.data_dir),
-        tensorboard_bin=settings.tensorboard_bin,
-        stop_grace=settings.board_stop_grace,
-        zygote_dir=settings.data_dir / "zygote" if settings.board_launcher == "zygote" else None,
-    )
     context = build_context(settings)
-    supervisor = Supervisor(
-        factory=context.factory,
-        backend=backend,
-        tracker=context.tracker,
-        storage_root=str(settings.storage),
-        idle_timeout=settings.idle_timeout,
-        interval=settings.reconcile_interval,
-        policy=policy_from_settings(settings),
-        limits=Limits(memory_limit=int(settings.board_memory_limit) or None),
-        probe_timeout=settings.board_probe_timeout,
-        metrics=context.board_metrics,
-    )
-    context.wake_supervisor = supervisor.wake
-    jobs = start_jobs(settings, context.factory)
-    watcher = start_watcher(settings, context, on_change=jobs.notify_change)
+    replica = make_replica(settings, context)
+    replica.join()
     nginx = NginxMaster(settings) if with_nginx else None
-    parts = (watcher, jobs, nginx)
-    shutdown_hooks = (backend.close, *(part.stop for part in parts if part is not None))
-    app = create_app(context, supervisor=supervisor, on_shutdown=shutdown_hooks)
+    shutdown_hooks = (nginx.stop,) if nginx is not None else ()
+    app = create_app(context, duties=replica, on_shutdown=shutdown_hooks)
     try:
         if nginx is not None:
             nginx.start()

@@ -138,6 +138,21 @@ class Settings(BaseSettings):
         "TensorBoard (a board program that does not run on tbhub's own Python is exec'd); "
         "exec: start a new process for each board.",
     )
+    board_state_dir: Path | None = Field(
+        default=None,
+        description="Where the local backend keeps each board's state file and log (and labels "
+        "its processes with this path). Replicas on one host that should adopt each other's "
+        "boards point it at the same local directory. Defaults to <data_dir>/boards.",
+    )
+    # Several `tbhub serve` on one PostgreSQL: one supervisor leader (DESIGN.md decision 12).
+    leader_retry_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Seconds between a standby replica's tries for the supervisor leader's "
+        "lock (PostgreSQL only); a dead leader is replaced about this long after PostgreSQL "
+        "drops its connection.",
+    )
     # Retention (DESIGN.md decision 10): global defaults, overridable per project.
     retention_max_age_days: float | None = Field(
         default=None,
@@ -339,6 +354,9 @@ class Settings(BaseSettings):
         if self.storage_root is None:
             self.storage_root = self.data_dir / "storage"
         self.storage_root = self.storage_root.expanduser().absolute()
+        if self.board_state_dir is None:
+            self.board_state_dir = self.data_dir / "boards"
+        self.board_state_dir = self.board_state_dir.expanduser().absolute()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.data_dir / 'tbhub.sqlite3'}"
         return self
@@ -348,6 +366,11 @@ class Settings(BaseSettings):
     def storage(self) -> Path:
         assert self.storage_root is not None
         return self.storage_root
+
+    @property
+    def board_states(self) -> Path:
+        assert self.board_state_dir is not None
+        return self.board_state_dir
 
     @property
     def db_url(self) -> str:

@@ -45,12 +45,12 @@ def wait_until(predicate: Callable[[], object], *, timeout: float, what: str) ->
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def board_processes(data_dir: Path) -> list[psutil.Process]:
-    """Every live process carrying this installation's board label."""
+def board_processes(state_dir: Path) -> list[psutil.Process]:
+    """Every live process carrying the board label of this board state dir."""
     found = []
     for process in psutil.process_iter():
         try:
-            if process.environ().get(OWNER_ENV) == str(data_dir):
+            if process.environ().get(OWNER_ENV) == str(state_dir):
                 found.append(process)
         except psutil.Error:
             continue
@@ -77,6 +77,10 @@ class TbhubServer:
             "TBHUB_CONFIG": str(root / "absent.toml"),
             **{f"TBHUB_{k.upper()}": v for k, v in settings.items()},
         }
+        # Replicas of one installation share these (tests/e2e/test_replicas.py).
+        self.storage = Path(self.env["TBHUB_STORAGE_ROOT"])
+        self.board_state_dir = Path(self.env.get("TBHUB_BOARD_STATE_DIR", self.data_dir / "boards"))
+        root.mkdir(parents=True, exist_ok=True)
         self.log_path = root / "serve.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.clients: list[httpx.Client] = []
@@ -145,7 +149,7 @@ class TbhubServer:
         try:
             self.stop()
         finally:
-            for process in board_processes(self.data_dir):
+            for process in board_processes(self.board_state_dir):
                 try:
                     label = (INSTANCE_ENV, process.environ().get(INSTANCE_ENV, ""))
                     ref = ProcessRef(process.pid, process.create_time())

@@ -182,11 +182,13 @@ def test_idle_board_is_stopped_and_its_processes_are_gone(
     server.start()
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")
-    processes = board_processes(server.data_dir)
+    processes = board_processes(server.board_state_dir)
     assert processes, "the board should run as labelled processes"
 
     wait_until(
-        lambda: not board_processes(server.data_dir), timeout=30, what="the idle board to stop"
+        lambda: not board_processes(server.board_state_dir),
+        timeout=30,
+        what="the idle board to stop",
     )
     assert not any(p.is_running() and p.status() != "zombie" for p in processes)
     state = server.cli("admin", "project", "list", "--json").stdout

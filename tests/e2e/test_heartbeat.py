@@ -36,7 +36,7 @@ def test_heartbeats_keep_an_idle_board_running_until_they_stop(
     server.start()
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")
-    pids = {p.pid for p in board_processes(server.data_dir)}
+    pids = {p.pid for p in board_processes(server.board_state_dir)}
     assert pids
 
     mallory = server.sign_in("mallory", "mallory-password")
@@ -47,6 +47,8 @@ def test_heartbeats_keep_an_idle_board_running_until_they_stop(
     while time.monotonic() < deadline:
         assert alice.post("/api/v1/boards/vision/heartbeat").status_code == 204
         time.sleep(0.5)
-    assert {p.pid for p in board_processes(server.data_dir)} == pids
+    assert {p.pid for p in board_processes(server.board_state_dir)} == pids
 
-    wait_until(lambda: not board_processes(server.data_dir), timeout=30, what="the board to stop")
+    wait_until(
+        lambda: not board_processes(server.board_state_dir), timeout=30, what="the board to stop"
+    )

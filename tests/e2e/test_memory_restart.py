@@ -34,7 +34,7 @@ def test_leaking_board_is_replaced_under_load_through_nginx_with_no_failed_reque
     wait_for_board(alice, "vision")
     old = board_row(server)
     assert old.instance_id is not None and old.upstream is not None
-    old_pids = {p.pid for p in board_processes(server.data_dir)}
+    old_pids = {p.pid for p in board_processes(server.board_state_dir)}
 
     with Load(alice, "/boards/vision/data/runs") as load:
         time.sleep(1)

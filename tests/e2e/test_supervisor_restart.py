@@ -28,7 +28,7 @@ def gone(pid: int) -> bool:
 def board_groups(server: TbhubServer) -> dict[str, set[int]]:
     """instance id -> PIDs of every live labelled board process."""
     groups: dict[str, set[int]] = {}
-    for process in board_processes(server.data_dir):
+    for process in board_processes(server.board_state_dir):
         if process.status() != psutil.STATUS_ZOMBIE:
             groups.setdefault(process.environ()[INSTANCE_ENV], set()).add(process.pid)
     return groups

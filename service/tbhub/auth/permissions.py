@@ -12,6 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.models import Membership, Project, Role, TeamMember, TeamRole, User
 
+# How long a role read from the database is trusted. Changes made through this process clear
+# the cache at once; other processes (the admin CLI, other replicas) see them within this.
+ACCESS_CACHE_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class Access:
@@ -76,13 +80,14 @@ def load_access(session: Session, *, user_id: int, project: str) -> Access:
 
 class AccessCache:
     """(user, project) -> Access for `ttl` seconds. Changes made through this process
-    invalidate it at once; changes made elsewhere (the admin CLI) show within `ttl`."""
+    invalidate it at once; changes made elsewhere (the admin CLI, another replica) show
+    within `ttl`."""
 
     def __init__(
         self,
         factory: sessionmaker[Session],
         *,
-        ttl: float = 10.0,
+        ttl: float = ACCESS_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory

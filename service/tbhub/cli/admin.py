@@ -10,6 +10,7 @@ from rich.table import Table
 from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
 from tbhub.cli import boards as boards_cli
+from tbhub.cli import replicas as replicas_cli
 from tbhub.cli import retention as retention_cli
 from tbhub.cli import share as share_cli
 from tbhub.cli import teams as teams_cli
@@ -57,6 +58,7 @@ app.add_typer(audit_cli.app, name="audit")
 app.add_typer(teams_cli.app, name="team")
 app.add_typer(share_cli.app, name="share")
 app.add_typer(tokens_cli.app, name="token")
+app.command("replicas")(replicas_cli.replicas)
 
 ACTOR = "cli"
 

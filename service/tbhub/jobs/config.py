@@ -6,7 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sqlalchemy.engine import make_url
+
 from tbhub.errors import ConfigError, JobBusy
+from tbhub.leader_lock import job_lock_held
 from tbhub.locks import LockHeld, hold_lock
 from tbhub.names import PROJECT_SLUG
 from tbhub.settings import Settings
@@ -40,7 +43,17 @@ def archive_root(settings: Settings) -> Path:
 
 @contextmanager
 def job_lock(settings: Settings, name: str) -> Iterator[None]:
-    """One `name` job (retention, backup) at a time per data dir, across processes."""
+    """One `name` job (retention, backup) at a time, across processes: per database on
+    PostgreSQL (every replica and admin command, on any host), per data dir on SQLite."""
+    if make_url(settings.db_url).get_backend_name() == "postgresql":
+        with job_lock_held(settings.db_url, name) as holder:
+            if holder is not None:
+                raise JobBusy(
+                    f"another {name} job is running on this database ({holder}); wait for it "
+                    "to finish and try again"
+                )
+            yield
+        return
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         handle = hold_lock(settings.data_dir / f"{name}.lock")

@@ -67,7 +67,10 @@ class Supervisor:
         probe_timeout: float = 2.0,
         metrics: SupervisorMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`may_act` is asked before a pass changes anything (boards or the database): a
+        replica that may have lost the leader's lock answers False (replica.py)."""
         self.factory = factory
         self.backend = backend
         self.tracker = tracker
@@ -78,6 +81,7 @@ class Supervisor:
         self.limits = limits or Limits(memory_limit=None)
         self.metrics = metrics or SupervisorMetrics()
         self.clock = clock
+        self.may_act = may_act
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -149,6 +153,9 @@ class Supervisor:
             self._memory_measured_at = now
         desired = self._check_links(desired, actual, now)
         result = plan(desired, actual, now=now, policy=self.policy, health=self._health)
+        if not self.may_act():
+            log.warning("reconcile pass skipped: this replica's leadership is not confirmed")
+            return False
         self._note_ready(actual, result)
         self._health = result.health
         errors = self._apply(result.actions)

@@ -50,8 +50,18 @@ class SupervisorMetrics:
         default_factory=lambda: Histogram((0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
     )
 
+    # This replica runs the supervisor (replica.py), and how often that changed.
+    leader: bool = False
+    leader_changes: int = 0
+
     def lines(self) -> list[str]:
         return [
+            *_family("tbhub_supervisor_leader", "gauge",
+                     "1 if this replica runs the supervisor and the jobs, 0 on a standby.",
+                     [("", int(self.leader))]),
+            *_family("tbhub_supervisor_leader_changes_total", "counter",
+                     "Times this replica became the leader or stopped being it.",
+                     [("", self.leader_changes)]),
             *self.start_latency.lines(
                 "tbhub_board_start_seconds",
                 "Seconds from a board's start to its first ready probe.",
@@ -59,7 +69,7 @@ class SupervisorMetrics:
             *self.reconcile_seconds.lines(
                 "tbhub_reconcile_pass_seconds", "Wall time of one supervisor reconcile pass."
             ),
-        ]
+        ]  # fmt: skip
 
 
 @dataclass(frozen=True)

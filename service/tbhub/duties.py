@@ -1,0 +1,111 @@
+"""What only the supervisor leader runs: the board backend and supervisor, the job runner
+and the storage watcher. Built fresh for each term of leadership and stopped at its end.
+
+One leader means one process starting and stopping boards, one scheduler of backups and
+retention, and one walker of the storage writing discovered runs (on NFS the walk is the
+expensive part). Standby replicas serve the API, the UI and the auth hook only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from tbhub.deps import AppContext
+from tbhub.jobs.runner import JobRunner, start_jobs
+from tbhub.settings import Settings
+from tbhub.storage.run_sink import DatabaseRunSink
+from tbhub.storage.watcher import StorageWatcher, choose_mode
+from tbhub.supervisor.backends.local import LocalBackend
+from tbhub.supervisor.loop import Supervisor, policy_from_settings
+from tbhub.supervisor.state import Limits
+
+log = logging.getLogger("tbhub")
+
+
+def make_backend(settings: Settings) -> LocalBackend:
+    states = settings.board_states
+    return LocalBackend(
+        state_dir=states,
+        owner=str(states),
+        tensorboard_bin=settings.tensorboard_bin,
+        stop_grace=settings.board_stop_grace,
+        zygote_dir=settings.data_dir / "zygote" if settings.board_launcher == "zygote" else None,
+    )
+
+
+def start_watcher(
+    settings: Settings, context: AppContext, *, on_change: Callable[[], None]
+) -> StorageWatcher | None:
+    """The storage watcher feeding the runs table, and the upload quota's byte counts."""
+    if settings.watch_mode == "off":
+        return None
+    watcher = StorageWatcher(
+        settings.storage,
+        DatabaseRunSink(context.factory),
+        mode=choose_mode(settings.storage, settings.watch_mode),
+        poll_interval=settings.watch_poll_interval,
+        on_change=on_change,
+    )
+    watcher.start()
+    context.usage.watcher = watcher
+    return watcher
+
+
+class LeaderDuties:
+    """`may_act` is asked before every change the supervisor makes (the replica's fence)."""
+
+    def __init__(
+        self, settings: Settings, context: AppContext, *, may_act: Callable[[], bool]
+    ) -> None:
+        self.settings = settings
+        self.context = context
+        self.may_act = may_act
+        self._backend: LocalBackend | None = None
+        self._supervisor: Supervisor | None = None
+        self._jobs: JobRunner | None = None
+        self._watcher: StorageWatcher | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._supervisor is not None
+
+    def start(self) -> None:
+        settings, context = self.settings, self.context
+        self._backend = backend = make_backend(settings)
+        self._supervisor = Supervisor(
+            factory=context.factory,
+            backend=backend,
+            tracker=context.tracker,
+            storage_root=str(settings.storage),
+            idle_timeout=settings.idle_timeout,
+            interval=settings.reconcile_interval,
+            policy=policy_from_settings(settings),
+            limits=Limits(memory_limit=int(settings.board_memory_limit) or None),
+            probe_timeout=settings.board_probe_timeout,
+            metrics=context.board_metrics,
+            may_act=self.may_act,
+        )
+        self._supervisor.start()
+        self._jobs = start_jobs(settings, context.factory)
+        self._watcher = start_watcher(settings, context, on_change=self._jobs.notify_change)
+
+    def wake(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.wake()
+
+    def stop(self, *, stop_boards: bool) -> None:
+        """End this term. `stop_boards`: stop every board too (no replica will adopt them)."""
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.shutdown(stop_boards=stop_boards)
+        if self._watcher is not None:
+            self.context.usage.watcher = None
+            self._watcher.stop()
+            self._watcher = None
+        if self._jobs is not None:
+            self._jobs.stop()
+            self._jobs = None
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None

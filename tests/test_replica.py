@@ -1,0 +1,231 @@
+"""Leader election among replicas on a real PostgreSQL (replica.py, leader_lock.py), with a
+recording stand-in for the leader's duties; tests/e2e/test_replicas.py runs real servers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+
+from tbhub.boards import AccessTracker
+from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.errors import ConfigError, JobBusy
+from tbhub.jobs.config import job_lock
+from tbhub.leader_lock import LeaderLock, list_replicas, replica_name
+from tbhub.models import Board
+from tbhub.projects import create_project
+from tbhub.replica import Replica
+from tbhub.settings import Settings
+from tbhub.supervisor.metrics import SupervisorMetrics
+from tests.conftest import postgres_database
+from tests.e2e.harness import TBHUB, wait_until
+
+KEY, LOCATION = "0123abcd", "4567ef01"
+
+
+class RecordingDuties:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.wakes = 0
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def stop(self, *, stop_boards: bool) -> None:
+        self.events.append("stop boards" if stop_boards else "stop, boards left running")
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    with postgres_database() as url:
+        upgrade(url)
+        yield url
+
+
+class Replicas:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.factory = make_session_factory(self.engine)
+        self.started: list[Replica] = []
+
+    def make(self, port: int, *, identity: tuple[str, str] = (KEY, LOCATION)) -> Replica:
+        replica = Replica(
+            duties=RecordingDuties(),
+            lock=LeaderLock(self.url, replica_name(*identity, port)),
+            identity=identity,
+            factory=self.factory,
+            tracker=AccessTracker(),
+            metrics=SupervisorMetrics(),
+            retry=0.1,
+            flush_every=0.1,
+        )
+        self.started.append(replica)
+        return replica
+
+    def close(self) -> None:
+        for replica in self.started:
+            replica.shutdown()
+        self.engine.dispose()
+
+
+@pytest.fixture
+def replicas(database_url: str) -> Iterator[Replicas]:
+    made = Replicas(database_url)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def duties(replica: Replica) -> RecordingDuties:
+    assert isinstance(replica.duties, RecordingDuties)
+    return replica.duties
+
+
+def test_the_first_replica_leads_and_a_second_stands_by_until_it_lets_go(
+    replicas: Replicas,
+) -> None:
+    first, second = replicas.make(1), replicas.make(2)
+    first.start()
+    second.start()
+    assert first.leading and first.may_act()
+    assert not second.leading and not second.may_act()
+    assert duties(second).events == []
+    with replicas.factory() as session:
+        listed = list_replicas(session)
+    assert [(r.name, r.leader) for r in listed] == [
+        (replica_name(KEY, LOCATION, 1), True),
+        (replica_name(KEY, LOCATION, 2), False),
+    ]
+
+    first.shutdown()  # another replica is there to adopt the boards: they keep running
+    assert duties(first).events == ["start", "stop, boards left running"]
+    wait_until(lambda: second.leading, timeout=5, what="the standby to lead")
+    second.shutdown()  # the last one stops its boards
+    assert duties(second).events == ["start", "stop boards"]
+
+
+def test_a_leader_whose_lock_connection_is_cut_stops_and_a_standby_takes_over(
+    replicas: Replicas,
+) -> None:
+    first, second = replicas.make(1), replicas.make(2)
+    first.start()
+    second.start()
+    with replicas.engine.connect() as connection:
+        connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": replica_name(KEY, LOCATION, 1)},
+        )
+    wait_until(lambda: not first.leading, timeout=5, what="the cut-off leader to step down")
+    assert not first.may_act()
+    assert duties(first).events == ["start", "stop, boards left running"]
+    wait_until(lambda: second.leading, timeout=5, what="the standby to lead")
+    # The old leader reconnects, as a standby now.
+    wait_until(lambda: first.lock is not None and first.lock.connected, timeout=5,
+               what="the old leader to reconnect")  # fmt: skip
+    assert not first.leading
+
+
+def test_a_standby_passes_a_wake_up_to_the_leader(replicas: Replicas) -> None:
+    leader, standby = replicas.make(1), replicas.make(2)
+    leader.start()
+    standby.start()
+    standby.wake()
+    wait_until(lambda: duties(leader).wakes == 1, timeout=5, what="the leader to be woken")
+    assert duties(standby).wakes == 0
+
+
+def test_a_standby_records_the_board_accesses_its_hook_saw(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    leader, standby = replicas.make(1), replicas.make(2)
+    leader.start()
+    standby.start()
+    with transaction(replicas.factory) as session:
+        project = create_project(session, name="vision", storage_root=tmp_path, owner=None,
+                                 actor="test")  # fmt: skip
+        project_id = project.id
+    seen = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    standby.tracker.restore({project_id: seen})
+
+    def recorded() -> bool:
+        with replicas.factory() as session:
+            at = session.scalar(select(Board.last_access_at).where(Board.project_id == project_id))
+        return at is not None and at.astimezone(UTC) == seen
+
+    wait_until(recorded, timeout=5, what="the standby to write the access")
+
+
+@pytest.mark.parametrize(
+    ("other", "refusal"),
+    [((KEY[::-1], LOCATION), "another secret key"), ((KEY, LOCATION[::-1]), "elsewhere")],
+)
+def test_a_replica_that_disagrees_with_the_others_is_refused(
+    replicas: Replicas, other: tuple[str, str], refusal: str
+) -> None:
+    replicas.make(1).start()
+    with pytest.raises(ConfigError, match=refusal):
+        replicas.make(2, identity=other).start()
+
+
+def test_a_server_on_sqlite_leads_alone(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tbhub.sqlite3'}"
+    engine = make_engine(url)
+    recording = RecordingDuties()
+    replica = Replica(
+        duties=recording,
+        lock=None,
+        factory=make_session_factory(engine),
+        tracker=AccessTracker(),
+        metrics=SupervisorMetrics(),
+    )
+    replica.start()
+    assert replica.leading and replica.may_act()
+    replica.wake()
+    replica.shutdown()
+    engine.dispose()
+    assert recording.events == ["start", "stop boards"] and recording.wakes == 1
+
+
+def test_replicas_upgrading_the_schema_together_all_succeed(tmp_path: Path) -> None:
+    with postgres_database() as url:
+        env = {**os.environ, "TBHUB_DATABASE_URL": url,
+               "TBHUB_CONFIG": str(tmp_path / "absent.toml")}  # fmt: skip
+        upgrades = [
+            subprocess.Popen(
+                [TBHUB, "db", "upgrade"],
+                env={**env, "TBHUB_DATA_DIR": str(tmp_path / f"d{i}")},
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            for i in range(3)
+        ]  # fmt: skip
+        outputs = [process.communicate(timeout=120)[0] for process in upgrades]
+        assert [process.returncode for process in upgrades] == [0, 0, 0], outputs
+
+
+def test_a_job_runs_once_on_the_database_whatever_data_dir_asks(
+    database_url: str, tmp_path: Path
+) -> None:
+    def settings(data_dir: str) -> Settings:
+        return Settings(data_dir=tmp_path / data_dir, database_url=database_url)
+
+    busy = pytest.raises(JobBusy, match="another backup job is running on this database")
+    with job_lock(settings("replica-a"), "backup"):
+        with busy, job_lock(settings("replica-b"), "backup"):
+            pass
+        with job_lock(settings("replica-b"), "retention"):  # another kind may run meanwhile
+            pass
+    with job_lock(settings("replica-b"), "backup"):  # and the lock is free again
+        pass
