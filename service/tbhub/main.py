@@ -46,6 +46,7 @@ from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import board_origin, oidc, pages, share
+from tbhub.web import projects as project_pages
 
 log = logging.getLogger("tbhub")
 
@@ -151,6 +152,7 @@ def create_app(
     app.include_router(boards.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
+    app.include_router(project_pages.router)
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)

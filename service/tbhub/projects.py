@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tbhub import audit
-from tbhub.auth.permissions import project_roles
-from tbhub.errors import AlreadyExists, InvalidInput, NotFound
+from tbhub.auth.caller import Caller, require_project_creator
+from tbhub.auth.permissions import AccessCache, project_roles
+from tbhub.db import transaction
+from tbhub.errors import AlreadyExists, Forbidden, InvalidInput, NotFound
 from tbhub.models import Board, Membership, Project, Role, User
 from tbhub.names import check_project_name
 from tbhub.storage.paths import project_dir
@@ -33,6 +35,30 @@ def create_project(
     session.flush()
     # The directory comes last: if it fails the transaction rolls back with it.
     project_dir(storage_root, name).mkdir(parents=False, exist_ok=True)
+    return project
+
+
+def add_project(
+    factory: sessionmaker[Session],
+    access: AccessCache,
+    caller: Caller,
+    *,
+    name: str,
+    owner: str | None,
+    storage_root: Path,
+    anyone: bool,
+) -> Project:
+    """A project created by someone signed in (the API and the projects page): the creation
+    permission, the project committed with its owner (the caller unless an admin names
+    another), then a fresh access cache so the owner gets in at once."""
+    require_project_creator(caller, anyone=anyone)
+    if owner is not None and owner != caller.name and not caller.is_admin:
+        raise Forbidden("only instance admins make someone else a project's owner; leave "
+                        "the owner out to own it yourself")  # fmt: skip
+    with transaction(factory) as session:
+        project = create_project(session, name=name, storage_root=storage_root,
+                                 owner=owner or caller.name, actor=caller.name)  # fmt: skip
+    access.invalidate()
     return project
 
 
@@ -74,7 +100,7 @@ def visible_projects(session: Session, *, user: User) -> list[tuple[Project, Rol
     """Projects the user may see, with their role, own or through a team (None for an admin
     who is not a member)."""
     roles = project_roles(session, user_id=user.id)
-    query = select(Project).order_by(Project.name)
+    query = select(Project).options(selectinload(Project.board)).order_by(Project.name)
     if not user.is_admin:
         query = query.where(Project.id.in_(roles))
     return [(p, roles.get(p.id)) for p in session.scalars(query)]

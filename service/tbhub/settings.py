@@ -304,6 +304,18 @@ class Settings(BaseSettings):
         description="Uploads are refused (507) when they would leave less than this many "
         "bytes free on the storage filesystem.",
     )
+    # The web UI (issue 10).
+    project_creation: Literal["admins", "anyone"] = Field(
+        default="admins",
+        description="Who may create projects from the projects page and POST /api/v1/projects: "
+        "instance admins only, or any signed-in user (who becomes its owner).",
+    )
+    run_stalled_minutes: float = Field(
+        default=30,
+        gt=0,
+        description="A running run whose event files got nothing new for this many minutes "
+        "is shown as stalled.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,30 @@ from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "web" / "templates"))
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def iso(moment: datetime | None) -> str:
+    """A moment as ISO 8601 in UTC with `Z`, to the second; '' for none."""
+    if moment is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def size(count: int | None) -> str:
+    """Bytes for people: 0 B, 512 B, 1.5 KiB, 20 MiB, 3.2 GiB."""
+    value = float(count or 0)
+    for unit in SIZE_UNITS:
+        if value < 1024 or unit == SIZE_UNITS[-1]:
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{int(value)} B"
+    return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+
+
+TEMPLATES.env.filters["iso"] = iso
+TEMPLATES.env.filters["size"] = size
 
 
 def render(

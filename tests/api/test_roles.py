@@ -34,6 +34,8 @@ MATRIX: dict[str, list[int]] = {
     "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
     "mint token":      [401, 404, 403, 201, 201, 201, 403, 403, 403, 403, 403],
     "global default":  [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
+    "create project":  [401, 403, 403, 403, 403, 201, 403, 403, 403, 403, 403],
+    "live state":      [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
 }  # fmt: skip
 
 Action = Callable[[Team, dict[str, str]], httpx.Response]
@@ -95,6 +97,12 @@ ACTIONS: dict[str, Action] = {
         headers=h,
     ),
     "global default": lambda t, h: t.client.get("/api/v1/retention/default", headers=h),
+    "create project": lambda t, h: t.client.post(
+        "/api/v1/projects", json={"name": f"new-{next(_names)}"}, headers=h
+    ),
+    "live state": lambda t, h: t.client.get(
+        f"/api/v1/projects/vision/state?run={_new_run(t)}", headers=h
+    ),
 }
 
 

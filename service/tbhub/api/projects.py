@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import Caller, effective_role, require_project
 from tbhub.auth.permissions import Access
+from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, USER_NAME_MAX
 from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 from tbhub.errors import NotFound
 from tbhub.jobs import retention
-from tbhub.models import Project, Role, User
-from tbhub.projects import visible_projects
+from tbhub.models import Board, Project, Role, Run, RunStatus, User
+from tbhub.overview import board_detail, board_state, run_state
+from tbhub.projects import add_project, visible_projects
 from tbhub.storage.paths import project_dir
 from tbhub.supervisor.plan import board_prefix
 
@@ -25,7 +29,23 @@ router = APIRouter(prefix="/api/v1", tags=["projects"])
 class BoardOut(BaseModel):
     desired_state: str
     observed_state: str
+    state: str = Field(description="What the pages show: live, starting, restarting, stopping, "
+                       "stopped, failed or no-capacity")  # fmt: skip
+    detail: str | None = Field(description="Why, when there is more to say (a failure's last "
+                               "line, a memory backoff)")  # fmt: skip
     last_access_at: datetime | None
+
+    @classmethod
+    def of(cls, board: Board | None) -> BoardOut | None:
+        if board is None:
+            return None
+        return cls(
+            desired_state=board.desired_state,
+            observed_state=board.observed_state,
+            state=board_state(board),
+            detail=board_detail(board),
+            last_access_at=board.last_access_at,
+        )
 
 
 class ProjectOut(BaseModel):
@@ -38,19 +58,12 @@ class ProjectOut(BaseModel):
 
     @classmethod
     def of(cls, project: Project, role: Role | None, storage_root: Path) -> ProjectOut:
-        board = project.board
         return cls(
             name=project.name,
             role=role,
             board_url=board_prefix(project.name) + "/",
             logdir=str(project_dir(storage_root, project.name)),
-            board=BoardOut(
-                desired_state=board.desired_state,
-                observed_state=board.observed_state,
-                last_access_at=board.last_access_at,
-            )
-            if board
-            else None,
+            board=BoardOut.of(project.board),
         )
 
 
@@ -77,6 +90,28 @@ def list_projects(caller: CallerDep, session: SessionDep, context: ContextDep) -
     return [ProjectOut.of(p, role, storage) for p, role in caller_projects(caller, session)]
 
 
+class ProjectCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=PROJECT_NAME_MAX,
+                      description="A slug: [a-z0-9][a-z0-9-]{0,62}")  # fmt: skip
+    owner: str | None = Field(default=None, min_length=1, max_length=USER_NAME_MAX,
+                              description="Who owns it (admins only); default: you")  # fmt: skip
+
+
+@router.post("/projects", status_code=201, response_model=ProjectOut)
+def create(body: ProjectCreate, caller: CallerDep, context: ContextDep) -> ProjectOut:
+    """Create a project and its directory on the storage: instance admins, or anyone signed
+    in when TBHUB_PROJECT_CREATION=anyone. The creator owns it unless an admin names another
+    owner."""
+    settings = context.settings
+    project = add_project(context.factory, context.access, caller, name=body.name,
+                          owner=body.owner, storage_root=settings.storage,
+                          anyone=settings.project_creation == "anyone")  # fmt: skip
+    role = Role.owner if body.owner in (None, caller.name) else None
+    return ProjectOut.of(project, role, context.settings.storage)
+
+
 @router.get("/projects/{name}", response_model=ProjectOut)
 def get_project(
     name: ProjectInPath,
@@ -92,6 +127,52 @@ def get_project(
     raise NotFound(
         f"no project named {name!r} that you can see; list yours with GET /api/v1/projects"
     )
+
+
+class RunStateOut(BaseModel):
+    id: int
+    status: RunStatus
+    state: str = Field(description="What the pages show: the status, `stalled` for a running "
+                       "run whose files got nothing new for a while, or where retention moved "
+                       "it (trashed, archived, purged)")  # fmt: skip
+    last_write: datetime | None
+    bytes: int
+
+
+class ProjectStateOut(BaseModel):
+    name: str
+    board: BoardOut | None
+    runs: list[RunStateOut]
+
+
+RunIds = Annotated[
+    list[Annotated[int, Field(ge=1, le=INT64_MAX)]],
+    Query(alias="run", max_length=200, description="Ids of the runs to report on (repeat it)"),
+]
+
+
+@router.get("/projects/{name}/state", response_model=ProjectStateOut)
+def project_state(
+    name: ProjectInPath,
+    caller: CallerDep,
+    session: SessionDep,
+    context: ContextDep,
+    runs: RunIds = [],  # noqa: B006 - FastAPI copies defaults
+) -> ProjectStateOut:
+    """The board's state and the states of the runs named: what the pages poll to update
+    their badges without a reload."""
+    access = require_project(context.access, caller, name, Role.viewer)
+    now = datetime.now(UTC)
+    stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
+    query = select(Run).where(Run.project_id == access.project_id, Run.id.in_(runs))
+    rows = list(session.scalars(query.order_by(Run.id))) if runs else []
+    states = [
+        RunStateOut(id=run.id, status=run.status, last_write=run.last_write, bytes=run.bytes,
+                    state=run_state(run, now=now, stalled_after=stalled_after))
+        for run in rows
+    ]  # fmt: skip
+    board = BoardOut.of(session.get(Board, access.project_id))
+    return ProjectStateOut(name=name, board=board, runs=states)
 
 
 @router.delete("/projects/{name}")

@@ -101,6 +101,21 @@ def require_admin(caller: Caller, what: str) -> None:
         raise Forbidden(f"only instance admins {what}; sign in as one (tokens never are)")
 
 
+def require_project_creator(caller: Caller, *, anyone: bool) -> None:
+    """Creating a project: instance admins, or every signed-in user when the instance allows
+    it (TBHUB_PROJECT_CREATION=anyone). Never a token: it reaches only the projects it names."""
+    if caller.grant is not None:
+        raise Forbidden(
+            "tokens cannot create projects; sign in to the web UI, or ask an admin to run "
+            "`tbhub admin project create`"
+        )
+    if not (anyone or caller.is_admin):
+        raise Forbidden(
+            "only instance admins create projects here (TBHUB_PROJECT_CREATION=admins); "
+            "ask one to create it, e.g. with `tbhub admin project create`"
+        )
+
+
 def refuse_token_in_url(query_params: QueryParams) -> None:
     for key, value in query_params.multi_items():
         if key.lower() in URL_TOKEN_PARAMS or value.startswith("tbh_"):

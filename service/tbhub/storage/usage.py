@@ -23,11 +23,15 @@ class ProjectUsage:
         self._walked: dict[str, tuple[float, int]] = {}  # project -> (when, bytes)
         self._lock = threading.Lock()
 
+    def known_bytes(self, project: str) -> int | None:
+        """The watcher's running total, when it has one: no walk (the projects page asks this
+        for every project on each load)."""
+        return self.watcher.index.project_bytes(project) if self.watcher is not None else None
+
     def bytes(self, project: str) -> int:
-        if self.watcher is not None:
-            known = self.watcher.index.project_bytes(project)
-            if known is not None:
-                return known
+        known = self.known_bytes(project)
+        if known is not None:
+            return known
         with self._lock:
             walked = self._walked.get(project)
         if walked is not None and time.monotonic() - walked[0] < self.ttl:

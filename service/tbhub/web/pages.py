@@ -1,4 +1,4 @@
-"""Server-rendered pages: sign-in, sign-out and the project list."""
+"""Server-rendered pages: sign-in and sign-out (the projects page is web/projects.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from tbhub.deps import (
 )
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.models import User
-from tbhub.projects import visible_projects
 from tbhub.users import authenticate
-from tbhub.web.render import WebUser, check_form_token, page
+from tbhub.web.render import check_form_token, page
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger("tbhub")
@@ -40,12 +39,6 @@ def safe_next(target: str | None) -> str:
     ):
         return "/"
     return target
-
-
-@router.get("/")
-def home(request: Request, user: WebUser, session: SessionDep) -> Response:
-    projects = visible_projects(session, user=user)
-    return page(request, "home.html", {"projects": projects}, user=user)
 
 
 @router.get("/auth/login")

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
+from tbhub.auth.caller import Caller
 from tbhub.auth.csrf import binding_of, new_nonce
 from tbhub.deps import AppContext, OptionalUser
 from tbhub.errors import Forbidden, NotAuthenticated
@@ -49,6 +50,11 @@ def web_user(user: OptionalUser) -> User:
 
 
 WebUser = Annotated[User, Depends(web_user)]
+
+
+def caller_of(user: User) -> Caller:
+    """A page's signed-in user as the caller the permission checks (auth/caller.py) take."""
+    return Caller(user_id=user.id, name=user.name, is_admin=user.is_admin)
 
 
 def page(
