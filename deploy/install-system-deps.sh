@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
-# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests) and node
-# with npm (the OpenID provider the tests sign in against);
+# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
+# with npm (the OpenID provider the tests sign in against) and systemd-analyze (the unit
+# in deploy/systemd is verified);
 # with `bench`, also wrk.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
 set -euo pipefail
@@ -15,7 +16,8 @@ case "${1:-}" in
     have node || missing+=(nodejs)
     have npm || missing+=(npm)
     have ssh || missing+=(openssh-client)
-    [ -x /usr/sbin/sshd ] || missing+=(openssh-server) ;;
+    [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    have systemd-analyze || missing+=(systemd) ;;
   bench) have wrk || missing+=(wrk) ;;
 esac
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -85,6 +85,7 @@ def render_config(settings: Settings) -> str:
         board_path_regex=BOARD_PATH_REGEX,
         unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,
         upload_max_body=settings.upload_max_chunk_bytes,
+        trusted_proxies=settings.trusted_proxies,
     )
 
 

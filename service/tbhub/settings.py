@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import shutil
@@ -53,6 +54,12 @@ class Settings(BaseSettings):
     )
     http_host: str = Field(default="127.0.0.1", description="Address nginx listens on.")
     http_port: int = Field(default=8080, ge=1, le=65535, description="Port nginx listens on.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="JSON list of addresses or CIDR ranges of proxies in front of tbhub's nginx "
+        "(a TLS site, a load balancer) whose X-Forwarded-For nginx believes, so the client "
+        'address (sign-in throttling, audit) is the browser\'s: e.g. ["127.0.0.1"].',
+    )
     api_port: int = Field(
         default=8081,
         ge=1,
@@ -328,6 +335,20 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file())
         return (init_settings, env_settings, toml)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: list[str]) -> list[str]:
+        """Each entry as nginx gets it: a network in its canonical form."""
+        networks = []
+        for entry in value:
+            try:
+                networks.append(str(ipaddress.ip_network(entry, strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an address or CIDR range (like 10.0.0.0/8)"
+                ) from None
+        return networks
 
     @field_validator("secret_key")
     @classmethod

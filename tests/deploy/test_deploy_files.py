@@ -1,0 +1,69 @@
+"""The deploy files are valid for the programs that read them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tbhub.nginx import find_nginx
+from tbhub.settings import Settings, load_settings
+from tests.deploy.sites import DEPLOY, runnable_site
+from tests.e2e.harness import TBHUB, free_port
+
+UNIT = DEPLOY / "systemd" / "tbhub@.service"
+INSTALLED_TBHUB = "/opt/tbhub/venv/bin/tbhub"
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd (and sh) read them: one layer of quotes stripped."""
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            values[key] = value
+    return values
+
+
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is missing (Debian: apt-get install systemd)")
+    text = UNIT.read_text()
+    # verify checks that ExecStart names a program: point it at this checkout's tbhub.
+    unit = tmp_path / "tbhub@main.service"
+    unit.write_text(text.replace(INSTALLED_TBHUB, TBHUB) if INSTALLED_TBHUB in text else "")
+    result = subprocess.run(
+        [analyze, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    # It exits 0 on unknown keys and bad values too, and only says so: any output fails.
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_the_systemd_environment_file_holds_valid_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    values = env_file(DEPLOY / "systemd" / "tbhub.env.example")
+    known = {f"TBHUB_{name.upper()}" for name in Settings.model_fields}
+    assert values and [key for key in values if key not in known] == []
+    monkeypatch.setenv("TBHUB_CONFIG", str(tmp_path / "absent.toml"))
+    for key, value in values.items():  # the blanks are the operator's secrets to fill in
+        monkeypatch.setenv(key, value or "x" * 64)
+    load_settings()  # raises ConfigError naming any value its setting refuses
+
+
+def test_the_tls_site_passes_nginx_t(tmp_path: Path) -> None:
+    config, _cert = runnable_site(
+        tmp_path, https_port=free_port(), http_port=free_port(), replicas=[free_port()]
+    )
+    result = subprocess.run(
+        [find_nginx("nginx"), "-t", "-p", str(tmp_path), "-c", str(config),
+         "-e", str(tmp_path / "error.log")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
