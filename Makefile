@@ -33,6 +33,7 @@ demo: venv
 test: venv
 	@deploy/install-system-deps.sh test
 	@$(MAKE) --no-print-directory $(OIDC_STAMP) $(AXE_STAMP)
+	$(BIN)/tbhub admin board-image build
 	$(BIN)/ruff check service tests bench alembic
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -48,6 +49,7 @@ fmt: venv
 
 bench: venv
 	@deploy/install-system-deps.sh bench
+	$(BIN)/tbhub admin board-image build
 	$(BIN)/python bench/cold_start.py
 	$(BIN)/python bench/board_memory.py
 	$(BIN)/python bench/warm_throughput.py

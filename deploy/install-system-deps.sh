@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
 # with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
-# with npm (the OpenID provider the tests sign in against) and systemd-analyze (the unit
-# in deploy/systemd is verified);
-# with `bench`, also wrk.
+# with npm (the OpenID provider the tests sign in against), systemd-analyze (the unit
+# in deploy/systemd is verified) and docker.io (the container backend tests), then starts
+# dockerd if no Docker daemon answers (deploy/start-dockerd.sh);
+# with `bench`, also wrk and docker.io.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
 set -euo pipefail
 missing=()
@@ -17,16 +18,23 @@ case "${1:-}" in
     have npm || missing+=(npm)
     have ssh || missing+=(openssh-client)
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-    have systemd-analyze || missing+=(systemd) ;;
-  bench) have wrk || missing+=(wrk) ;;
+    have systemd-analyze || missing+=(systemd)
+    have dockerd || missing+=(docker.io) ;;
+  bench)
+    have wrk || missing+=(wrk)
+    have dockerd || missing+=(docker.io) ;;
 esac
-[ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing ${missing[*]} with apt-get"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-else
-  echo "tbhub needs: ${missing[*]}" >&2
-  echo "install them first, for example: sudo apt-get install ${missing[*]}" >&2
-  exit 1
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing ${missing[*]} with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "tbhub needs: ${missing[*]}" >&2
+    echo "install them first, for example: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
 fi
+case "${1:-}" in
+  test|bench) "$(dirname "$0")/start-dockerd.sh" ;;
+esac

@@ -126,6 +126,19 @@ def test_spec_fingerprint_changes_with_any_field() -> None:
     assert (
         SPEC.fingerprint != replace(SPEC, extra_args=("--samples_per_plugin=images=0",)).fingerprint
     )
+    assert SPEC.fingerprint != replace(SPEC, memory_limit=300 * MiB).fingerprint
+
+
+def test_an_unset_container_memory_limit_leaves_the_fingerprint_of_earlier_versions() -> None:
+    # What BoardSpec.fingerprint hashed before it had a memory_limit: boards running then are
+    # adopted by a new version, not replaced.
+    import hashlib
+    import json
+
+    before = {"project": "p", "logdir": "/s/p", "path_prefix": "/boards/p", "reload_interval": 30,
+              "extra_args": [], "samples_per_plugin": "", "plugins": []}  # fmt: skip
+    raw = json.dumps(before, sort_keys=True).encode()
+    assert SPEC.fingerprint == hashlib.sha256(raw).hexdigest()[:16]
 
 
 # -- healing: memory limit, hung boards, blue/green drain, memory budget ------------------------
@@ -213,6 +226,11 @@ HEAL_CASES = [
      want(restart_after=980.0, serving="new"), [board("new", started=990)], {"new": seen()}, [], "new"),
     ("crash after earlier failures: the restart says crash", want(serving=None, failures=2), [],
      {}, ["start p (crash)"], None),
+    ("exited: forget it, the restart says crash", want(), [replace(board("old"), alive=False)],
+     {"old": seen()}, ["forget old", "start p (crash)"], None),
+    ("killed at its cgroup limit: forget it, the restart says oom", want(),
+     [replace(board("old"), alive=False, exit_reason="oom")], {"old": seen()},
+     ["forget old", "start p (oom)"], None),
 ]  # fmt: skip
 
 

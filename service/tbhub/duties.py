@@ -16,22 +16,12 @@ from tbhub.jobs.runner import JobRunner, start_jobs
 from tbhub.settings import Settings
 from tbhub.storage.run_sink import DatabaseRunSink
 from tbhub.storage.watcher import StorageWatcher, choose_mode
-from tbhub.supervisor.backends.local import LocalBackend
+from tbhub.supervisor.backends.base import Backend
+from tbhub.supervisor.backends.select import make_backend
 from tbhub.supervisor.loop import Supervisor, policy_from_settings
 from tbhub.supervisor.state import Limits
 
 log = logging.getLogger("tbhub")
-
-
-def make_backend(settings: Settings) -> LocalBackend:
-    states = settings.board_states
-    return LocalBackend(
-        state_dir=states,
-        owner=str(states),
-        tensorboard_bin=settings.tensorboard_bin,
-        stop_grace=settings.board_stop_grace,
-        zygote_dir=settings.data_dir / "zygote" if settings.board_launcher == "zygote" else None,
-    )
 
 
 def start_watcher(
@@ -61,7 +51,7 @@ class LeaderDuties:
         self.settings = settings
         self.context = context
         self.may_act = may_act
-        self._backend: LocalBackend | None = None
+        self._backend: Backend | None = None
         self._supervisor: Supervisor | None = None
         self._jobs: JobRunner | None = None
         self._watcher: StorageWatcher | None = None
@@ -81,7 +71,12 @@ class LeaderDuties:
             idle_timeout=settings.idle_timeout,
             interval=settings.reconcile_interval,
             policy=policy_from_settings(settings),
-            limits=Limits(memory_limit=int(settings.board_memory_limit) or None),
+            limits=Limits(
+                memory_limit=int(settings.board_memory_limit) or None,
+                cgroup_ratio=settings.board_cgroup_memory_ratio
+                if settings.board_backend != "subprocess"
+                else None,
+            ),
             probe_timeout=settings.board_probe_timeout,
             metrics=context.board_metrics,
             may_act=self.may_act,

@@ -79,6 +79,7 @@ class ObservedState(enum.StrEnum):
 class RestartReason(enum.StrEnum):
     memory = "memory"
     crash = "crash"
+    oom = "oom"  # a container killed by the kernel at its cgroup memory limit
     hung = "hung"
     spec = "spec"
     admin = "admin"

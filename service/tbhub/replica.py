@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -45,10 +44,9 @@ class Duties(Protocol):
     def stop(self, *, stop_boards: bool) -> None: ...
 
 
-def board_location(state_dir: str) -> str:
-    """Where this replica's boards live, as 8 hex digits: replicas that may adopt each
-    other's boards must agree on it (local backend: the same host and state dir)."""
-    where = f"local:{socket.gethostname()}:{state_dir}"
+def board_location(where: str) -> str:
+    """Where this replica's boards live (`backends.select.boards_place`), as 8 hex digits:
+    replicas that may adopt each other's boards must agree on it."""
     return hashlib.sha256(where.encode()).hexdigest()[:8]
 
 
@@ -65,7 +63,8 @@ def check_peers(own: tuple[str, str], others: list[ReplicaRow]) -> None:
             raise ConfigError(
                 f"the replica {other.name!r} keeps its boards elsewhere, so neither could adopt "
                 "the other's boards; with the local backend run every replica on one host "
-                "with the same TBHUB_BOARD_STATE_DIR"
+                "with the same TBHUB_BOARD_STATE_DIR, with containers give every replica the "
+                "same TBHUB_BOARD_BACKEND and TBHUB_INSTALLATION_ID"
             )
 
 

@@ -20,6 +20,7 @@ from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.replica import Replica, board_location
 from tbhub.settings import Settings, prepare_runtime
+from tbhub.supervisor.backends.select import boards_place
 from tbhub.supervisor.board_process import raise_open_file_limit
 
 log = logging.getLogger("tbhub")
@@ -44,7 +45,7 @@ def make_replica(settings: Settings, context: AppContext) -> Replica:
         assert settings.secret_key is not None
         identity = (
             key_fingerprint(settings.secret_key.get_secret_value()),
-            board_location(str(settings.board_states)),
+            board_location(boards_place(settings)),
         )
         lock = LeaderLock(settings.db_url, replica_name(*identity, settings.http_port))
     replica = Replica(

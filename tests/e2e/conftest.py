@@ -66,3 +66,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     """One server per module for the training-job tests (tests/e2e/jobs_hub.py)."""
     with running_hub(tmp_path_factory.mktemp("hub")) as running:
         yield running
+
+
+# Fixtures of the container backend tests: the daemon and a per-test installation id.
+from tests.e2e.containers import docker_client, installation  # noqa: E402, F401

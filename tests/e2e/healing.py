@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import httpx
 from sqlalchemy import select
 
 from tbhub.models import AuditEvent, Board
-from tests.e2e.harness import TbhubServer
+from tests.e2e.harness import TbhubServer, wait_until
 from tests.scripts import write_script
 
 # A real TensorBoard that keeps the MiB a request asks for: one copy, shared with bench/.
@@ -86,3 +87,31 @@ class Load:
                         self.ok += 1
                     else:
                         self.failures.append(f"{time.time():.3f} {outcome}")
+
+
+def leak_past_the_limit_under_load(
+    server: TbhubServer, client: httpx.Client, *, old_gone: Callable[[], bool]
+) -> tuple[Board, Board]:
+    """Make the serving board keep 450 MiB while clients read through nginx; wait for the
+    upstream to switch and for `old_gone`. Asserts no request failed and one memory restart.
+    Returns the board rows before and after."""
+    old = board_row(server)
+    with Load(client, "/boards/vision/data/runs") as load:
+        time.sleep(1)
+        leak = client.get("/boards/vision/data/environment?tbhub_test_leak_mib=450", headers=JSON)
+        assert leak.status_code == 200
+        wait_until(
+            lambda: board_row(server).instance_id not in (None, old.instance_id),
+            timeout=90,
+            what="the upstream to switch to the replacement",
+        )
+        wait_until(old_gone, timeout=60, what="the old board to stop after draining")
+        time.sleep(1)
+
+    assert load.failures == [], f"{len(load.failures)} failed of {load.ok + len(load.failures)}"
+    assert load.ok > 100, "the load really ran through the swap"
+    new = board_row(server)
+    assert new.observed_state == "ready" and new.upstream != old.upstream
+    assert new.restarts == {"memory": 1}
+    assert restart_reasons(server) == ["memory"]
+    return old, new

@@ -42,6 +42,17 @@ def wait_for_board(client: httpx.Client, project: str) -> httpx.Response:
     return wait_until(ready, timeout=60, what=f"board {project} to list runs")  # type: ignore[return-value]
 
 
+def assert_exact_scalars(client: httpx.Client, project: str, *, steps: int) -> None:
+    """run-01's metric/1 through the board: every step, each value as the writer wrote it."""
+    scalars = client.get(
+        f"/boards/{project}/data/plugin/scalars/scalars",
+        params={"run": "run-01", "tag": "metric/1"},
+    ).json()
+    assert [step for _, step, _ in scalars] == list(range(steps))
+    expected = [float(np.float32(scalar_value(1, 1, step))) for step in range(steps)]
+    assert [value for _, _, value in scalars] == expected
+
+
 def test_member_gets_starting_page_then_the_runs_and_exact_scalars(server: TbhubServer) -> None:
     alice = server.sign_in("alice", "alice-password")
     first = alice.get("/boards/vision/", headers=HTML)
@@ -51,12 +62,7 @@ def test_member_gets_starting_page_then_the_runs_and_exact_scalars(server: Tbhub
 
     runs = wait_for_board(alice, "vision")
     assert sorted(runs.json()) == ["run-00", "run-01", "run-02"]
-    scalars = alice.get(
-        "/boards/vision/data/plugin/scalars/scalars", params={"run": "run-01", "tag": "metric/1"}
-    ).json()
-    assert [step for _, step, _ in scalars] == list(range(40))
-    expected = [float(np.float32(scalar_value(1, 1, step))) for step in range(40)]
-    assert [value for _, _, value in scalars] == expected
+    assert_exact_scalars(alice, "vision", steps=40)
 
     index = alice.get("/boards/vision/", headers=HTML)
     assert index.status_code == 200 and "<tb-webapp>" in index.text

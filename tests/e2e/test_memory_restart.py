@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import psutil
 
 from tbhub.sample_logs import write_project
-from tests.e2e.harness import TbhubServer, board_processes, wait_until
-from tests.e2e.healing import JSON, Load, board_row, leaky_tensorboard, restart_reasons
+from tests.e2e.harness import TbhubServer, board_processes
+from tests.e2e.healing import (
+    JSON,
+    board_row,
+    leak_past_the_limit_under_load,
+    leaky_tensorboard,
+)
 from tests.e2e.test_boards import wait_for_board
 
 MiB = 1024 * 1024
@@ -32,33 +36,16 @@ def test_leaking_board_is_replaced_under_load_through_nginx_with_no_failed_reque
     )
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")
-    old = board_row(server)
-    assert old.instance_id is not None and old.upstream is not None
+    before = board_row(server)
+    assert before.instance_id is not None and before.upstream is not None
     old_pids = {p.pid for p in board_processes(server.board_state_dir)}
 
-    with Load(alice, "/boards/vision/data/runs") as load:
-        time.sleep(1)
-        leak = alice.get("/boards/vision/data/environment?tbhub_test_leak_mib=450", headers=JSON)
-        assert leak.status_code == 200
-        wait_until(
-            lambda: board_row(server).instance_id not in (None, old.instance_id),
-            timeout=90,
-            what="the upstream to switch to the replacement",
-        )
-        wait_until(
-            lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                            for p in old_pids),
-            timeout=60,
-            what="the old board to stop after draining",
-        )  # fmt: skip
-        time.sleep(1)
-
-    assert load.failures == [], f"{len(load.failures)} failed of {load.ok + len(load.failures)}"
-    assert load.ok > 100, "the load really ran through the swap"
-    new = board_row(server)
-    assert new.observed_state == "ready" and new.upstream != old.upstream
-    assert new.restarts == {"memory": 1}
-    assert restart_reasons(server) == ["memory"]
+    _old, new = leak_past_the_limit_under_load(
+        server,
+        alice,
+        old_gone=lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                 for p in old_pids),
+    )  # fmt: skip
     assert new.pss_bytes is not None and new.pss_bytes < 400 * MiB
     served_by = alice.get("/boards/vision/data/runs", headers=JSON).headers["x-test-instance"]
     assert served_by == new.instance_id, "nginx sends requests to the new board"

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
+from tbhub.cli import board_image as board_image_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import replicas as replicas_cli
 from tbhub.cli import retention as retention_cli
@@ -51,6 +52,7 @@ project_app = typer.Typer(help="Projects and their members.", no_args_is_help=Tr
 app.add_typer(user_app, name="user")
 app.add_typer(project_app, name="project")
 app.add_typer(boards_cli.app, name="board")
+app.add_typer(board_image_cli.app, name="board-image")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
 app.add_typer(backup_cli.app, name="backup")

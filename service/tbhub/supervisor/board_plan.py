@@ -109,8 +109,10 @@ class BoardPlan:
             "memory limit."
         )
 
-    def decide(self, *, crashed: bool) -> Start | None:
-        """Fill in actions and the observed state; return a cold start the budget must admit."""
+    def decide(self, *, crashed: str | None) -> Start | None:
+        """Fill in actions and the observed state; return a cold start the budget must admit.
+
+        `crashed`: an instance of the project ended in this pass, and why (crash, oom)."""
         want, result = self.want, self.result
         alive: list[Instance] = []
         timed_out = False
@@ -172,13 +174,13 @@ class BoardPlan:
             and self.now - serving.started_at >= self.policy.memory_fresh
         )
 
-    def _start_reason(self, condemned: dict[str, str], crashed: bool) -> str | None:
+    def _start_reason(self, condemned: dict[str, str], crashed: str | None) -> str | None:
         for reason in ("spec", "hung", "admin", "memory"):
             if reason in condemned.values():
                 return reason
-        if crashed or self.want.failures > 0:
-            return "crash"
-        return None
+        if crashed is not None:
+            return crashed
+        return "crash" if self.want.failures > 0 else None
 
     def _choose_serving(
         self, alive: list[Instance], newest_usable: Instance | None

@@ -16,9 +16,10 @@ from __future__ import annotations
 import resource
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tbhub.supervisor.plan import BoardSpec
+if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_image.py)
+    from tbhub.supervisor.model import BoardSpec
 
 # Plugins a board loads only when its project opts in, and why each is off.
 OFF_BY_DEFAULT_PLUGINS = {
@@ -27,14 +28,14 @@ OFF_BY_DEFAULT_PLUGINS = {
 DISABLE_FLAG = "--tbhub_disable_plugins"
 
 
-def tensorboard_flags(spec: BoardSpec) -> list[str]:
-    """TensorBoard's own command-line flags for this spec."""
+def tensorboard_flags(spec: BoardSpec, *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
+    """TensorBoard's own command-line flags for this spec; port 0: any free port."""
     flags = [
         "--logdir", spec.logdir,
         "--load_fast=true",
         "--path_prefix", spec.path_prefix,
-        "--host", "127.0.0.1",
-        "--port", "0",
+        "--host", host,
+        "--port", str(port),
         "--reload_interval", str(spec.reload_interval),
     ]  # fmt: skip
     if spec.samples_per_plugin:
@@ -46,9 +47,10 @@ def disabled_plugins(spec: BoardSpec) -> list[str]:
     return sorted(set(OFF_BY_DEFAULT_PLUGINS) - set(spec.plugins))
 
 
-def board_args(spec: BoardSpec) -> list[str]:
+def board_args(spec: BoardSpec, *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
     """The launcher's arguments: which plugins to leave out, then TensorBoard's flags."""
-    return [f"{DISABLE_FLAG}={','.join(disabled_plugins(spec))}", *tensorboard_flags(spec)]
+    flags = tensorboard_flags(spec, host=host, port=port)
+    return [f"{DISABLE_FLAG}={','.join(disabled_plugins(spec))}", *flags]
 
 
 def launcher_command() -> list[str]:

@@ -239,8 +239,9 @@ class Supervisor:
                     self.backend.stop(action.instance, force=action.force)
                 else:
                     tail = self.backend.log_tail(action.instance)
-                    log.warning("board %s exited; last lines:\n%s", action.instance.project, tail)
-                    errors[action.instance.project] = f"board process exited; last output:\n{tail}"
+                    log.warning("board %s %s; last lines:\n%s", action.instance.project,
+                                action.reason, tail)  # fmt: skip
+                    errors[action.instance.project] = f"board {action.reason}; last output:\n{tail}"
                     self.backend.forget(action.instance)
             except Exception as exc:
                 project = (

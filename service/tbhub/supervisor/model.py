@@ -29,10 +29,14 @@ class BoardSpec:
     samples_per_plugin: str = ""
     # Plugins that are off by default and that this project opted back into.
     plugins: tuple[str, ...] = ()
+    # A container's hard (cgroup) memory limit in bytes; None: the backend sets none.
+    memory_limit: int | None = None
 
     @property
     def fingerprint(self) -> str:
-        raw = json.dumps(asdict(self), sort_keys=True).encode()
+        # Unset optional fields stay out, so adding one does not restart every board.
+        fields = {k: v for k, v in asdict(self).items() if v is not None}
+        raw = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:16]
 
 
@@ -87,6 +91,9 @@ class Instance:
     active_requests: int = 0
     runs: frozenset[str] | None = None  # what /data/runs listed, when asked
     probed: bool = True  # False: not probed in this pass (a fast pass skips settled boards)
+    # Why an instance that is no longer alive ended, when the backend knows: "oom" (the
+    # kernel killed it at its cgroup memory limit). None: a plain exit or crash.
+    exit_reason: str | None = None
 
 
 @dataclass(frozen=True)

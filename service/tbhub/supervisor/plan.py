@@ -47,14 +47,17 @@ def plan(
     result = Plan()
     previous = health or {}
     by_project: dict[str, list[Instance]] = {}
-    crashed: set[str] = set()
+    crashed: dict[str, str] = {}  # project -> restart reason: crash, or oom
     for instance in actual:
         if not instance.alive:
-            result.actions.append(Forget(instance, "process exited"))
+            oom = instance.exit_reason == "oom"
+            result.actions.append(Forget(instance, "killed at its memory limit" if oom
+                                         else "process exited"))  # fmt: skip
             want = desired.get(instance.project)
             if want is not None and want.running:
                 result.failed.add(instance.project)
-                crashed.add(instance.project)
+                if crashed.get(instance.project) != "oom":
+                    crashed[instance.project] = "oom" if oom else "crash"
             continue
         result.health[instance.instance_id] = _next_health(
             instance, previous.get(instance.instance_id, Health()), desired, now
@@ -78,7 +81,7 @@ def plan(
             refuse(want, by_project.get(project, []), result)
             continue
         board = BoardPlan(want, by_project.get(project, []), result, now, policy)
-        start = board.decide(crashed=project in crashed)
+        start = board.decide(crashed=crashed.get(project))
         if start is not None:
             cold_starts.append((want, start))
     admit(cold_starts, desired, by_project, result, now, policy)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -58,6 +58,14 @@ def board_spec(project: str, storage_root: str, settings: BoardSettings | None =
 @dataclass(frozen=True)
 class Limits:
     memory_limit: int | None  # the global default; a project may override it
+    # Containerised boards: the cgroup limit as a multiple of the board's memory limit
+    # (BoardSpec.memory_limit). None: the backend enforces none (subprocess boards).
+    cgroup_ratio: float | None = None
+
+    def cgroup_bytes(self, memory_limit: int | None) -> int | None:
+        if not self.cgroup_ratio or not memory_limit:
+            return None
+        return int(memory_limit * self.cgroup_ratio)
 
 
 @dataclass(frozen=True)
@@ -115,13 +123,16 @@ def read_desired(
             # Left out of the desired set, so a board serving it is stopped too.
             log.error("not serving project %s: %s", name, exc.message)
             continue
-        limit = settings.memory_limit if settings and settings.memory_limit is not None else None
+        own = settings.memory_limit if settings and settings.memory_limit is not None else None
+        limit = (limits.memory_limit if own is None else own) or None
+        if (hard := limits.cgroup_bytes(limit)) is not None:
+            spec = replace(spec, memory_limit=hard)
         desired[name] = Desired(
             spec=spec,
             running=True,
             retry_at=_ts(board.retry_at),
             failures=board.failures,
-            memory_limit=(limits.memory_limit if limit is None else limit) or None,
+            memory_limit=limit,
             pinned=bool(settings and settings.pinned),
             last_access=_ts(board.last_access_at or board.desired_at),
             serving=board.instance_id,

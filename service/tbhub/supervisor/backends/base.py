@@ -24,7 +24,10 @@ class Backend(Protocol):
         ...
 
     def list_instances(self) -> list[Instance]:
-        """Every instance this backend started and still remembers, alive or not."""
+        """Every instance this backend started and still remembers, alive or not.
+
+        An instance that is no longer alive says why in `exit_reason` when the backend
+        knows (`oom`: killed by the kernel at its cgroup memory limit)."""
         ...
 
     def forget(self, instance: Instance) -> None:
@@ -45,4 +48,8 @@ class Backend(Protocol):
 
     def log_tail(self, instance: Instance, lines: int = 20) -> str:
         """The last lines the board printed, to explain a failure."""
+        ...
+
+    def close(self) -> None:
+        """Let go of helpers (a zygote, a daemon connection); boards keep running."""
         ...

@@ -1,0 +1,156 @@
+"""What the Docker and Swarm backends share: labels, the board's command, and what the host
+can see of a container (PSS of its processes, connections in its network namespace).
+
+A board container or service carries every fact the supervisor needs as labels, so there
+is no state file: a restarted supervisor (or another replica on the same database, which
+derives the same installation id) lists them by the installation label and adopts them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+from sqlalchemy.engine import make_url
+
+from tbhub.settings import Settings
+from tbhub.supervisor.board_image import BOARD_PORT, IMAGE_PYTHON
+from tbhub.supervisor.board_process import board_args
+from tbhub.supervisor.plan import BoardSpec, Instance
+
+INSTALLATION = "org.tbhub.installation"
+INSTANCE = "org.tbhub.instance"
+PROJECT = "org.tbhub.project"
+FINGERPRINT = "org.tbhub.fingerprint"
+STARTED_AT = "org.tbhub.started-at"
+# A custom board program (TBHUB_TENSORBOARD_BIN) is mounted here, run by the image's Python.
+PROGRAM = "/opt/tbhub/program"
+TCP_ESTABLISHED = "01"  # the state column of /proc/net/tcp
+
+
+def installation_id(settings: Settings) -> str:
+    """The label value naming this installation: set, or derived from the database URL."""
+    if settings.installation_id:
+        return settings.installation_id
+    url = make_url(settings.db_url).render_as_string(hide_password=True)
+    return "db-" + hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def board_labels(
+    installation: str, instance_id: str, spec: BoardSpec, started_at: float
+) -> dict[str, str]:
+    return {
+        INSTALLATION: installation,
+        INSTANCE: instance_id,
+        PROJECT: spec.project,
+        FINGERPRINT: spec.fingerprint,
+        STARTED_AT: repr(started_at),
+    }
+
+
+def instance_from_labels(
+    labels: Mapping[str, str],
+    *,
+    alive: bool,
+    upstream: str | None = None,
+    exit_reason: str | None = None,
+) -> Instance | None:
+    """The instance the labels describe; None when they do not describe one completely."""
+    try:
+        return Instance(
+            instance_id=labels[INSTANCE],
+            project=labels[PROJECT],
+            fingerprint=labels[FINGERPRINT],
+            started_at=float(labels[STARTED_AT]),
+            alive=alive,
+            upstream=upstream,
+            exit_reason=exit_reason,
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def board_entrypoint(program: str | None) -> list[str] | None:
+    """The container's entrypoint: the image's own (the launcher), or a custom program."""
+    return [IMAGE_PYTHON, PROGRAM] if program else None
+
+
+def container_args(spec: BoardSpec) -> list[str]:
+    """The launcher's arguments inside a container: every address, on the board's port."""
+    return board_args(spec, host="0.0.0.0", port=BOARD_PORT)  # its own network namespace
+
+
+def mount_source(spec: BoardSpec, storage_root: Path, daemon_storage_root: Path | None) -> str:
+    """The project directory as the Docker daemon sees it (tbhub may itself be a container)."""
+    if daemon_storage_root is None:
+        return spec.logdir
+    return str(daemon_storage_root / Path(spec.logdir).relative_to(storage_root))
+
+
+def default_user() -> str:
+    return f"{os.getuid()}:{os.getgid()}"
+
+
+# -- what this host sees of a container -------------------------------------------------
+
+
+def _container_processes(pid: int, container_id: str) -> list[psutil.Process] | None:
+    """The container's processes, if `pid` is its init as seen from here (same PID space)."""
+    try:
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        if container_id not in cgroup:
+            return None  # another PID namespace, or a recycled PID
+        init = psutil.Process(pid)
+        return [init, *init.children(recursive=True)]
+    except (OSError, psutil.Error):
+        return None
+
+
+def container_pss(pid: int, container_id: str) -> int | None:
+    """PSS of every process of the container; None when they are not visible from here."""
+    processes = _container_processes(pid, container_id)
+    if processes is None:
+        return None
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total
+
+
+def stats_memory(stats: Mapping[str, object]) -> int:
+    """Memory in use from the stats API, as `docker stats` counts it (less inactive cache)."""
+    memory = stats.get("memory_stats")
+    if not isinstance(memory, Mapping):
+        return 0
+    usage = int(memory.get("usage") or 0)
+    detail = memory.get("stats") if isinstance(memory.get("stats"), Mapping) else {}
+    assert isinstance(detail, Mapping)
+    inactive = detail.get("total_inactive_file", detail.get("inactive_file", 0))
+    return max(usage - int(inactive or 0), 0)
+
+
+def established_in_container(pid: int, container_id: str, port: int = BOARD_PORT) -> int:
+    """Connections established to `port` inside the container's network namespace.
+
+    Read from /proc/<pid>/net/tcp{,6}, which show the namespace of that process, so it
+    counts nginx's requests however they arrive (published port or container address)."""
+    if _container_processes(pid, container_id) is None:
+        return 0
+    count = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            established = len(fields) > 3 and fields[3] == TCP_ESTABLISHED
+            if established and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count

@@ -1,0 +1,89 @@
+"""What the Docker and Swarm backend tests share: the daemon, a per-test installation id, and
+the clean-up of everything labelled with it (containers, services, networks).
+
+Every object a test makes carries `org.tbhub.installation=<its own id>`; clean-up filters
+by that label, so containers, services and networks of anyone else are never touched.
+The board image itself is shared: `make test` builds it (`tbhub admin board-image build`),
+and a server builds it at start if it is missing; it is a build cache, named by a digest
+of its inputs, not something a test makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+
+from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE
+from tests.e2e.harness import TbhubServer, wait_until
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(
+            f"these tests need a running Docker daemon ({exc}); `make test` starts one "
+            "(deploy/start-dockerd.sh)"
+        )
+    yield client
+    client.close()
+
+
+def remove_labelled(client: Any, installation: str) -> None:
+    """Remove every service, container and network carrying this installation's label."""
+    label = {"label": f"{INSTALLATION}={installation}"}
+    with contextlib.suppress(docker.errors.APIError):
+        for service in client.services.list(filters=label):
+            with contextlib.suppress(docker.errors.NotFound):
+                service.remove()
+    # A removed service's task containers take a moment to go; wait for them too.
+    with contextlib.suppress(AssertionError):
+        wait_until(
+            lambda: not _remove_containers(client, label), timeout=30, what="containers to go"
+        )
+    for network in client.networks.list(filters=label):
+        with contextlib.suppress(docker.errors.APIError):
+            network.remove()
+
+
+def _remove_containers(client: Any, label: dict[str, str]) -> int:
+    found = client.api.containers(all=True, filters=label)
+    for summary in found:
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_container(summary["Id"], force=True)
+    return len(found)
+
+
+@pytest.fixture
+def installation(docker_client: Any) -> Iterator[str]:
+    """An installation id of this test's own; everything labelled with it goes afterwards."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        remove_labelled(docker_client, name)
+
+
+def labelled_containers(client: Any, installation: str, **labels: str) -> list[Any]:
+    """Containers of this installation (all states), optionally with more labels."""
+    wanted = [f"{INSTALLATION}={installation}", *(f"{k}={v}" for k, v in labels.items())]
+    return list(client.containers.list(all=True, filters={"label": wanted}))
+
+
+def instance_container(client: Any, installation: str, instance_id: str) -> Any:
+    (container,) = labelled_containers(client, installation, **{INSTANCE: instance_id})
+    return container
+
+
+def container_server(
+    make_server: Callable[..., TbhubServer], installation: str, backend: str, **settings: str
+) -> TbhubServer:
+    return make_server(board_backend=backend, installation_id=installation, **settings)
