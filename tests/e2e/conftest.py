@@ -69,4 +69,4 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
 
 
 # Fixtures of the container backend tests: the daemon and a per-test installation id.
-from tests.e2e.containers import docker_client, installation  # noqa: E402, F401
+from tests.e2e.containers import board_image, docker_client, installation  # noqa: E402, F401

@@ -20,6 +20,7 @@ import docker.errors
 import pytest
 
 from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE
+from tbhub.supervisor.board_image import build_board_image
 from tests.e2e.harness import TbhubServer, wait_until
 
 
@@ -62,8 +63,14 @@ def _remove_containers(client: Any, label: dict[str, str]) -> int:
     return len(found)
 
 
+@pytest.fixture(scope="session")
+def board_image(docker_client: Any) -> str:
+    """The board image, built now if missing, so no server has to build it at start."""
+    return str(build_board_image(docker_client).tag)
+
+
 @pytest.fixture
-def installation(docker_client: Any) -> Iterator[str]:
+def installation(docker_client: Any, board_image: str) -> Iterator[str]:
     """An installation id of this test's own; everything labelled with it goes afterwards."""
     name = f"test-{uuid.uuid4().hex[:12]}"
     try:

@@ -74,6 +74,20 @@ def test_containerised_board_serves_exact_scalars_through_nginx_confined_to_its_
     assert options["com.docker.network.bridge.enable_ip_masquerade"] == "false"
 
 
+def test_network_mode_reaches_the_board_at_its_address_on_an_internal_network(
+    make_server: Callable[..., TbhubServer], docker_client: Any, installation: str
+) -> None:
+    # As tbhub in a container on the board network would: no published port at all.
+    server, alice = started(make_server, installation, docker_upstream="network")
+    assert_exact_scalars(alice, "vision", steps=40)
+    container = serving_container(server, docker_client, installation)
+    network = f"tbhub-boards-{installation}"
+    address = container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
+    assert board_row(server).upstream == f"{address}:6006"
+    assert container.attrs["NetworkSettings"]["Ports"] in ({}, {"6006/tcp": None}, None)
+    assert docker_client.networks.get(network).attrs["Internal"] is True, "no route out"
+
+
 def test_container_killed_from_outside_is_restarted_as_a_crash(
     make_server: Callable[..., TbhubServer], docker_client: Any, installation: str
 ) -> None:
@@ -147,16 +161,18 @@ def test_restarted_supervisor_adopts_its_container(
 
 
 def test_unknown_container_with_the_installation_label_is_reaped_and_others_are_left(
-    make_server: Callable[..., TbhubServer], docker_client: Any, installation: str
+    make_server: Callable[..., TbhubServer],
+    docker_client: Any,
+    installation: str,
+    board_image: str,
 ) -> None:
-    image = _board_image(docker_client)
     sleeper = {"entrypoint": ["/opt/tbhub/bin/python", "-c", "import time; time.sleep(600)"]}
     unknown = docker_client.containers.run(
-        image, detach=True, labels={INSTALLATION: installation}, **sleeper
+        board_image, detach=True, labels={INSTALLATION: installation}, **sleeper
     )
     stranger_installation = f"{installation}-other"
     stranger = docker_client.containers.run(
-        image, detach=True, labels={INSTALLATION: stranger_installation}, **sleeper
+        board_image, detach=True, labels={INSTALLATION: stranger_installation}, **sleeper
     )
     try:
         server = container_server(make_server, installation, "docker")
@@ -170,8 +186,3 @@ def test_unknown_container_with_the_installation_label_is_reaped_and_others_are_
     finally:
         stranger.remove(force=True)
 
-
-def _board_image(client: Any) -> str:
-    from tbhub.supervisor.board_image import build_board_image
-
-    return build_board_image(client).tag

@@ -39,7 +39,7 @@ from packaging.requirements import Requirement
 import tbhub
 
 IMAGE_REPOSITORY = "tbhub-board"
-FORMAT = "1"  # raise when the layout below changes, so older images are not reused
+FORMAT = "2"  # raise when the layout below changes, so older images are not reused
 SITE = PurePosixPath("/opt/tbhub/site-packages")
 # A stable name for the interpreter (a link to it), whatever path it has on the build host.
 IMAGE_PYTHON = "/opt/tbhub/bin/python"
@@ -53,7 +53,12 @@ STDLIB_SKIP = frozenset(
      "dist-packages", "__phello__"}
 )  # fmt: skip
 SKIP_PREFIX = "config-"  # config-3.11-x86_64-linux-gnu: the static libpython
-LAUNCHER_MODULES = ("__init__.py", "supervisor/__init__.py", "supervisor/board_process.py")
+LAUNCHER = "supervisor/board_process.py"  # the one module of tbhub a board imports
+# Its packages' __init__ files, written as these stubs: the image does not change with them.
+PACKAGE_STUBS = {
+    "__init__.py": b'"""tbhub: only the board launcher, in a board image."""\n',
+    "supervisor/__init__.py": b"",
+}
 LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 NOBODY = 65534
 
@@ -97,8 +102,7 @@ class ImageInputs:
             hasher.update(part.encode() + b"\0")
         for name, version in self.distributions:
             hasher.update(f"{name}=={version}\0".encode())
-        for module in LAUNCHER_MODULES:
-            hasher.update((self.launcher_root / module).read_bytes() + b"\0")
+        hasher.update((self.launcher_root / LAUNCHER).read_bytes())
         return hasher.hexdigest()[:16]
 
     @property
@@ -226,8 +230,9 @@ def write_rootfs(inputs: ImageInputs, out: Any, progress: Progress) -> int:
                 copied.add(os.path.realpath(source))
                 if source.suffix == ".so" or ".so." in source.name or os.access(source, os.X_OK):
                     elves.append(source)
-        for module in LAUNCHER_MODULES:
-            root.add_file(inputs.launcher_root / module, SITE / "tbhub" / module)
+        root.add_file(inputs.launcher_root / LAUNCHER, SITE / "tbhub" / LAUNCHER)
+        for module, stub in PACKAGE_STUBS.items():
+            root.add_bytes(SITE / "tbhub" / module, stub)
         libraries = {lib for lib in linked_libraries(elves) if os.path.realpath(lib) not in copied}
         progress(f"{len(libraries)} shared libraries")
         for library in sorted(libraries):
