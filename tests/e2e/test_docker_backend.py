@@ -185,4 +185,3 @@ def test_unknown_container_with_the_installation_label_is_reaped_and_others_are_
         assert f"removing container {unknown.name}" in server.log()
     finally:
         stranger.remove(force=True)
-
