@@ -178,7 +178,7 @@ def get_optional_caller(
     user = get_optional_user(request, context, session)
     if user is None:
         return None
-    return Caller(user_id=user.id, name=user.name, is_admin=user.is_admin)
+    return Caller.of_user(user)
 
 
 def get_caller(caller: Annotated[Caller | None, Depends(get_optional_caller)]) -> Caller:

@@ -46,7 +46,11 @@ from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import board_origin, oidc, pages, share
+from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
+from tbhub.web import retention as retention_pages
+from tbhub.web import share_links as share_link_pages
+from tbhub.web import tokens as token_pages
 
 log = logging.getLogger("tbhub")
 
@@ -153,6 +157,8 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(project_pages.router)
+    for settings_pages in (member_pages, token_pages, share_link_pages, retention_pages):
+        app.include_router(settings_pages.router)
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)

@@ -105,6 +105,28 @@ def list_teams(session: Session) -> list[dict[str, object]]:
     ]
 
 
+def project_teams(session: Session, *, project: str) -> list[dict[str, object]]:
+    """The teams with a role in a project: name, role and members, by team name."""
+    project_row = get_project(session, name=project)
+    rows = session.execute(
+        select(Team.id, Team.name, TeamRole.role)
+        .join(TeamRole, TeamRole.team_id == Team.id)
+        .where(TeamRole.project_id == project_row.id)
+        .order_by(Team.name)
+    ).all()
+    members = session.execute(
+        select(TeamMember.team_id, User.name)
+        .join(User, User.id == TeamMember.user_id)
+        .where(TeamMember.team_id.in_([team_id for team_id, _, _ in rows]))
+        .order_by(User.name)
+    ).all()
+    return [
+        {"team": name, "role": role.value,
+         "members": [user for tid, user in members if tid == team_id]}
+        for team_id, name, role in rows
+    ]  # fmt: skip
+
+
 def sync_groups(
     session: Session, *, user: User, groups: tuple[str, ...], group_teams: Mapping[str, str]
 ) -> None:

@@ -15,10 +15,12 @@ TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "web" / "templ
 SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
-def iso(moment: datetime | None) -> str:
-    """A moment as ISO 8601 in UTC with `Z`, to the second; '' for none."""
+def iso(moment: datetime | float | None) -> str:
+    """A moment (or epoch seconds) as ISO 8601 in UTC with `Z`, to the second; '' for none."""
     if moment is None:
         return ""
+    if isinstance(moment, int | float):
+        moment = datetime.fromtimestamp(moment, UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

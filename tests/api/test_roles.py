@@ -24,6 +24,8 @@ MATRIX: dict[str, list[int]] = {
     "annotate run":    [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "pin run":         [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
     "trash run":       [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "read trash":      [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "restore run":     [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload a chunk":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload offsets":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
@@ -54,6 +56,15 @@ def _new_run(team: Team) -> int:
     return int(str(_register(team)["id"]))
 
 
+def _trashed_run(team: Team) -> int:
+    """A run an editor (root) has just moved to the trash; its trash id."""
+    response = team.client.delete(
+        f"/api/v1/projects/vision/runs/{_new_run(team)}", headers=team.headers("root")
+    )
+    assert response.status_code == 200, response.text
+    return int(response.json()["trash_id"])
+
+
 ACTIONS: dict[str, Action] = {
     "read runs": lambda t, h: t.client.get("/api/v1/projects/vision/runs", headers=h),
     "read project": lambda t, h: t.client.get("/api/v1/projects/vision", headers=h),
@@ -68,6 +79,10 @@ ACTIONS: dict[str, Action] = {
     ),
     "trash run": lambda t, h: t.client.delete(
         f"/api/v1/projects/vision/runs/{_new_run(t)}", headers=h
+    ),
+    "read trash": lambda t, h: t.client.get("/api/v1/projects/vision/trash", headers=h),
+    "restore run": lambda t, h: t.client.post(
+        f"/api/v1/projects/vision/trash/{_trashed_run(t)}/restore", headers=h
     ),
     "upload a chunk": lambda t, h: t.client.patch(
         f"/api/v1/projects/vision/runs/{_new_run(t)}/files/events.out.tfevents.1",

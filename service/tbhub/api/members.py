@@ -26,14 +26,12 @@ class RoleIn(BaseModel):
 def get_members(
     name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
 ) -> dict[str, Any]:
-    """The project's own members and the teams with a role in it."""
+    """The project's own members and the teams with a role in it (with their members)."""
     require_project(context.access, caller, name, Role.owner)
-    team_roles = [
-        {"team": t["name"], "role": t["roles"][name]}  # type: ignore[index]
-        for t in teams.list_teams(session)
-        if name in t["roles"]  # type: ignore[operator]
-    ]
-    return {"members": list_members(session, project=name), "teams": team_roles}
+    return {
+        "members": list_members(session, project=name),
+        "teams": teams.project_teams(session, project=name),
+    }
 
 
 @router.put("/projects/{name}/members/{member}")

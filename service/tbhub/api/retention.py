@@ -1,16 +1,17 @@
-"""/api/v1 retention policies (project owners and instance admins) and pins (editors up)."""
+"""/api/v1 retention policies (project owners and instance admins), pins (editors up) and a
+project's trash (viewers read it, editors restore from it)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tbhub.auth.caller import require_admin, require_project
-from tbhub.bounds import ByteCount, Count, Days, Minutes, RunPath
+from tbhub.bounds import INT32_MAX, ByteCount, Count, Days, Minutes, RunPath
 from tbhub.deps import CallerDep, ContextDep, ProjectInPath, RunPathInPath, SessionDep
-from tbhub.jobs import retention
+from tbhub.jobs import retention, trash
 from tbhub.models import Role
 
 router = APIRouter(prefix="/api/v1", tags=["retention"])
@@ -91,3 +92,30 @@ def plan(
     require_project(context.access, caller, name, Role.owner)
     [project_plan] = retention.plan_retention(context.factory, context.settings, project=name)
     return project_plan.summary()
+
+
+@router.get("/projects/{name}/trash")
+def get_trash(
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
+    """The project's runs in the trash (removed by retention or DELETE), until purged."""
+    require_project(context.access, caller, name, Role.viewer)
+    entries = trash.project_trash(session, project=name)
+    return {"entries": [trash.describe_entry(e, context.settings) for e in entries]}
+
+
+@router.post("/projects/{name}/trash/{entry_id}/restore")
+def restore_from_trash(
+    name: ProjectInPath,
+    entry_id: Annotated[int, Path(ge=1, le=INT32_MAX)],
+    caller: CallerDep,
+    context: ContextDep,
+) -> dict[str, Any]:
+    """Move a trashed run back to where it was (409 if something is there again); a
+    registered run is `present` again. The same as `tbhub admin trash restore <id>`."""
+    require_project(context.access, caller, name, Role.editor)
+    entry = trash.restore_in_project(
+        context.factory, context.settings, project=name, entry_id=entry_id, actor=caller.name
+    )
+    return {"id": entry.id, "project": entry.project, "run_path": entry.run_path,
+            "restored": True}  # fmt: skip

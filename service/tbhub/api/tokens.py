@@ -8,7 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from tbhub.auth.caller import ACTION_WORDS, Caller, effective_role, require_project
+from tbhub.auth.caller import (
+    ACTION_WORDS,
+    Caller,
+    effective_role,
+    require_project,
+    require_token_manager,
+)
 from tbhub.auth.tokens import (
     MAX_TOKEN_DAYS,
     MIN_TOKEN_DAYS,
@@ -21,7 +27,7 @@ from tbhub.auth.tokens import (
 )
 from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, TokenName
 from tbhub.deps import CallerDep, ContextDep, SessionDep
-from tbhub.errors import Forbidden, NotFound
+from tbhub.errors import Forbidden
 from tbhub.models import ApiToken, Role, TokenScope, User
 from tbhub.projects import visible_projects
 
@@ -109,19 +115,7 @@ def revoke(
     """Revoke a token: yours, one acting on a project you own, or any (instance admins)."""
     _session_user(caller, session, "revoke tokens")
     token = get_token(session, token_id)
-    allowed = (
-        caller.is_admin
-        or token.user_id == caller.user_id
-        or any(
-            (role := effective_role(caller, context.access.lookup(caller.user_id, p.name)))
-            is not None
-            and role == Role.owner
-            for p in token.projects
-        )
-    )
-    if not allowed:
-        raise NotFound(f"no token with id {token_id} that you manage; list yours with GET "
-                       "/api/v1/tokens")  # fmt: skip
+    require_token_manager(context.access, caller, token)
     revoke_token(session, token=token, actor=caller.name)
     context.tokens.invalidate()
     return TokenOut.of(token)

@@ -21,7 +21,7 @@ from starlette.datastructures import QueryParams
 from tbhub.auth.permissions import Access, AccessCache
 from tbhub.auth.tokens import MINT_HINT, TokenGrant
 from tbhub.errors import BadRequest, Forbidden, NotAuthenticated, NotFound
-from tbhub.models import Role
+from tbhub.models import ApiToken, Role, User
 from tbhub.names import check_project_name
 
 # Query parameters a client might put a token in; tokens in URLs end up in logs.
@@ -39,6 +39,11 @@ class Caller:
     @property
     def via(self) -> str:
         return "token" if self.grant is not None else "session"
+
+    @classmethod
+    def of_user(cls, user: User) -> Caller:
+        """A signed-in user (a session: the web pages, the API with a cookie)."""
+        return cls(user_id=user.id, name=user.name, is_admin=user.is_admin)
 
 
 def effective_role(caller: Caller, access: Access) -> Role | None:
@@ -94,6 +99,19 @@ def require_project(
             f"{need.value} or more: ask an owner of {project}"
         )
     return ProjectAccess(project_id=access.project_id, name=project, role=role)
+
+
+def require_token_manager(access_cache: AccessCache, caller: Caller, token: ApiToken) -> None:
+    """A token may be revoked by its user, by an owner of a project it acts on, or by an
+    instance admin; to anyone else it does not exist (404)."""
+    if caller.is_admin or token.user_id == caller.user_id:
+        return
+    for project in token.projects:
+        role = effective_role(caller, access_cache.lookup(caller.user_id, project.name))
+        if role == Role.owner:
+            return
+    raise NotFound(f"no token with id {token.id} that you manage; list yours with GET "
+                   "/api/v1/tokens")  # fmt: skip
 
 
 def require_admin(caller: Caller, what: str) -> None:

@@ -206,20 +206,8 @@ def unpin_command(project: str, run: str, as_json: bool = JsonOption) -> None:
 def trash_list(as_json: bool = JsonOption) -> None:
     """Runs in the trash, with when each will be purged."""
     settings = runtime_settings()
-    grace = dt.timedelta(days=settings.trash_grace_days)
     with session_factory(settings) as factory, factory() as session:
-        rows: list[dict[str, Any]] = [
-            {
-                "id": e.id,
-                "run": f"{e.project}/{e.run_path}",
-                "bytes": e.bytes,
-                "files": e.files,
-                "reasons": e.reasons,
-                "trashed_at": e.trashed_at,
-                "purge_after": e.trashed_at + grace if e.trashed_at else None,
-            }
-            for e in trash.list_trash(session)
-        ]
+        rows = [trash.describe_entry(e, settings) for e in trash.list_trash(session)]
 
     def human() -> None:
         table = Table("id", "run", "size", "why", "trashed", "purged after")

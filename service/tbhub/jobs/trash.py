@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +26,7 @@ from tbhub.jobs.journal import (
 )
 from tbhub.jobs.retention import trash_one
 from tbhub.models import RetentionState, Run, TrashEntry
+from tbhub.projects import get_project
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
 
@@ -31,6 +34,52 @@ from tbhub.storage.paths import project_dir
 def list_trash(session: Session) -> list[TrashEntry]:
     query = select(TrashEntry).where(TrashEntry.state == "trashed").order_by(TrashEntry.id)
     return list(session.scalars(query))
+
+
+def project_trash(
+    session: Session, *, project: str, entry_id: int | None = None
+) -> list[TrashEntry]:
+    """A project's runs in the trash (or the one with `entry_id`). Trash outlives projects
+    (entries keep a name, not a key), so entries made before this project was created
+    belong to a deleted project of the same name: never this project's to see or restore."""
+    row = get_project(session, name=project)
+    query = (
+        select(TrashEntry)
+        .where(TrashEntry.project == project, TrashEntry.state == "trashed")
+        .where(TrashEntry.created_at >= row.created_at)
+        .order_by(TrashEntry.id)
+    )
+    if entry_id is not None:
+        query = query.where(TrashEntry.id == entry_id)
+    return list(session.scalars(query))
+
+
+def describe_entry(entry: TrashEntry, settings: Settings) -> dict[str, Any]:
+    """A trashed run as the CLI, the API and the retention page show it."""
+    grace = timedelta(days=settings.trash_grace_days)
+    return {
+        "id": entry.id,
+        "project": entry.project,
+        "run_path": entry.run_path,
+        "run": f"{entry.project}/{entry.run_path}",
+        "bytes": entry.bytes,
+        "files": entry.files,
+        "reasons": entry.reasons,
+        "trashed_by": entry.actor,
+        "trashed_at": entry.trashed_at,
+        "purge_after": entry.trashed_at + grace if entry.trashed_at else None,
+    }
+
+
+def restore_in_project(
+    factory: sessionmaker[Session], settings: Settings, *, project: str, entry_id: int, actor: str
+) -> TrashEntry:
+    """Restore one of a project's trashed runs (see project_trash for which are its own)."""
+    with factory() as session:
+        if not project_trash(session, project=project, entry_id=entry_id):
+            raise NotFound(f"{project} has no run with trash id {entry_id} in the trash; list "
+                           f"them with GET /api/v1/projects/{project}/trash")  # fmt: skip
+    return restore(factory, settings, str(entry_id), actor=actor)
 
 
 def find_entry(session: Session, ref: str) -> TrashEntry:

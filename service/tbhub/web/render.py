@@ -6,25 +6,31 @@ Pages are rendered with `page()`; a form's POST handler checks its token with
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.caller import Caller
 from tbhub.auth.csrf import binding_of, new_nonce
+from tbhub.db import transaction
 from tbhub.deps import AppContext, OptionalUser
-from tbhub.errors import Forbidden, NotAuthenticated
+from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, TbhubError
 from tbhub.models import User
 from tbhub.templating import render
 
 # Notices a page shows after an action, by key: the query string names one, never the text,
 # so a link cannot make tbhub's page say what its author wants.
+T = TypeVar("T")
+
 NOTICES = {
     "project_created": "Project created.",
     "member_added": "Member added.",
     "member_removed": "Member removed.",
+    "member_role_set": "Role saved.",
     "team_role_set": "Team role saved.",
     "team_role_removed": "Team role removed.",
     "token_revoked": "Token revoked.",
@@ -93,3 +99,27 @@ def done(path: str, notice: str) -> Response:
         raise ValueError(f"unknown notice {notice!r}")
     separator = "&" if "?" in path else "?"
     return RedirectResponse(f"{path}{separator}{urlencode({'notice': notice})}", status_code=303)
+
+
+def attempt(factory: sessionmaker[Session], action: Callable[[Session], T]) -> T | TbhubError:
+    """A form's action, in a transaction of its own: committed before the answer, or, when
+    the service refuses it, rolled back whole and its error returned for the page to show
+    (the page is then read afresh, so it shows nothing of the refused change)."""
+    try:
+        with transaction(factory) as session:
+            return action(session)
+    except TbhubError as exc:
+        return exc
+
+
+def chosen(
+    choice: str, custom: float | None, choices: Mapping[str, float | None], what: str
+) -> float | None:
+    """A form's <select> of preset values with a "custom" option that reads a number field."""
+    if choice == "custom":
+        if custom is None:
+            raise InvalidInput(f"give the custom {what}, or pick one of the choices")
+        return custom
+    if choice not in choices:
+        raise InvalidInput(f"{what} {choice!r} is not one of: {', '.join(choices)}, custom")
+    return choices[choice]

@@ -1,0 +1,114 @@
+"""/projects/<p>/share: read-only links to the project's board: create one with an expiry
+(its URL is shown this once), list them, revoke; owners only, as on
+/api/v1/projects/<p>/share-links, through the same service functions (auth/share_links.py),
+which write the audit events. /share/<token>, the link itself, is web/share.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+
+from tbhub.auth import share_links
+from tbhub.auth.caller import Caller, require_project
+from tbhub.bounds import INT32_MAX, SHORT_TEXT_MAX, TOKEN_MAX
+from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
+from tbhub.errors import TbhubError
+from tbhub.models import Role, User
+from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, page
+
+router = APIRouter(include_in_schema=False)
+
+# The expiry choices the form offers, in hours ("custom" reads the days field).
+EXPIRY_HOURS: dict[str, float | None] = {"1": 1.0, "24": 24.0, "168": 168.0, "720": 720.0}
+
+
+def _require_owner(context: AppContext, user: User, project: str) -> None:
+    require_project(context.access, Caller.of_user(user), project, Role.owner)
+
+
+def _show(
+    request: Request, session: Session, context: AppContext, user: User, project: str, *,
+    created: dict[str, Any] | None = None, error: TbhubError | None = None,
+    form: dict[str, Any] | None = None,
+) -> Response:  # fmt: skip
+    values = {
+        "project": project,
+        "tab": "share",
+        "links": [
+            {**share_links.describe(k), "row": k}
+            for k in share_links.list_links(session, project=project)
+        ],
+        "created": created,
+        "error": error.message if error else None,
+        "form": form or {"expires": "168"},
+        "max_days": share_links.MAX_DAYS,
+    }
+    status = error.http_status if error else 200
+    response = page(request, "share_links.html", values, user=user, status_code=status)
+    if created:  # the link's secret is on this page
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.get("/projects/{name}/share")
+def share_page(
+    request: Request, name: ProjectInPath, user: WebUser, session: SessionDep, context: ContextDep
+) -> Response:
+    _require_owner(context, user, name)
+    return _show(request, session, context, user, name)
+
+
+@router.post("/projects/{name}/share")
+def create(
+    request: Request,
+    name: ProjectInPath,
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+    expires: Annotated[str, Form(max_length=16)] = "168",
+    custom_days: Annotated[
+        float | None, Form(gt=0, le=share_links.MAX_DAYS, allow_inf_nan=False)
+    ] = None,
+    note: Annotated[str, Form(max_length=SHORT_TEXT_MAX)] = "",
+    csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
+) -> Response:
+    check_form_token(request, csrf_token, "new share link")
+    _require_owner(context, user, name)
+
+    def make(tx: Session) -> dict[str, Any]:
+        custom_hours = None if custom_days is None else custom_days * 24
+        hours = chosen(expires, custom_hours, EXPIRY_HOURS, "expiry in days")
+        assert hours is not None  # every choice is a number of hours
+        link, token = share_links.create_link(
+            tx, project=name, expires_in=timedelta(hours=hours), note=note.strip() or None,
+            actor=user.name,
+        )  # fmt: skip
+        url = f"{context.settings.public_url}/share/{token}"
+        return {**share_links.describe(link), "row": link, "url": url}
+
+    created = attempt(context.factory, make)
+    if isinstance(created, TbhubError):
+        form = {"expires": expires, "custom_days": custom_days, "note": note}
+        return _show(request, session, context, user, name, error=created, form=form)
+    return _show(request, session, context, user, name, created=created)
+
+
+@router.post("/projects/{name}/share/{link_id}/revoke")
+def revoke(
+    request: Request,
+    name: ProjectInPath,
+    link_id: Annotated[int, Path(ge=1, le=INT32_MAX)],
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+    csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
+) -> Response:
+    check_form_token(request, csrf_token, "revoke share link")
+    _require_owner(context, user, name)
+    share_links.revoke_link(session, project=name, link_id=link_id, actor=user.name)
+    context.shares.invalidate()
+    return done(f"/projects/{name}/share", "share_revoked")
