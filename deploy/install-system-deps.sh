@@ -2,7 +2,8 @@
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
 # with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
 # with npm (the OpenID provider the tests sign in against), systemd-analyze (the unit
-# in deploy/systemd is verified) and docker.io (the container backend tests), then starts
+# in deploy/systemd is verified), docker.io (the container backend tests) and
+# docker-compose (docker-compose.yml is brought up), then starts
 # dockerd if no Docker daemon answers (deploy/start-dockerd.sh);
 # with `bench`, also wrk and docker.io.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
@@ -19,7 +20,8 @@ case "${1:-}" in
     have ssh || missing+=(openssh-client)
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
     have systemd-analyze || missing+=(systemd)
-    have dockerd || missing+=(docker.io) ;;
+    have dockerd || missing+=(docker.io)
+    have docker-compose || missing+=(docker-compose) ;;
   bench)
     have wrk || missing+=(wrk)
     have dockerd || missing+=(docker.io) ;;

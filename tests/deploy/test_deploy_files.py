@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tbhub.nginx import find_nginx
 from tbhub.settings import Settings, load_settings
 from tests.deploy.sites import DEPLOY, runnable_site
 from tests.e2e.harness import TBHUB, free_port
 
+REPO = DEPLOY.parent
 UNIT = DEPLOY / "systemd" / "tbhub@.service"
 INSTALLED_TBHUB = "/opt/tbhub/venv/bin/tbhub"
 
@@ -67,3 +70,28 @@ def test_the_tls_site_passes_nginx_t(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_the_compose_file_with_the_example_env_gives_tbhub_valid_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("docker-compose is missing (deploy/install-system-deps.sh test)")
+    example = env_file(REPO / ".env.example")
+    used = (REPO / "docker-compose.yml").read_text()
+    assert [key for key in example if f"${{{key}" not in used] == ["COMPOSE_PROJECT_NAME"]
+    filled = tmp_path / "filled.env"
+    filled.write_text("".join(f"{k}={v or secrets.token_hex(32)}\n" for k, v in example.items()))
+    result = subprocess.run(
+        [compose, "--project-directory", str(REPO), "--file", str(REPO / "docker-compose.yml"),
+         "--env-file", str(filled), "config"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    environment = yaml.safe_load(result.stdout)["services"]["tbhub"]["environment"]
+    monkeypatch.setenv("TBHUB_CONFIG", str(tmp_path / "absent.toml"))
+    for key, value in environment.items():
+        monkeypatch.setenv(key, str(value))
+    settings = load_settings()  # raises ConfigError naming any value its setting refuses
+    assert settings.board_backend == "docker" and settings.oidc_enabled

@@ -24,7 +24,7 @@ from tbhub.processes import ProcessRef, stop_group
 from tbhub.projects import create_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
 from tbhub.users import create_user, get_user
-from tests.forms import csrf_header, form_token
+from tests.forms import csrf_header, post_sign_in
 
 TBHUB = str(Path(sys.executable).with_name("tbhub"))
 
@@ -211,15 +211,7 @@ class TbhubServer:
 
     def sign_in(self, name: str, password: str) -> httpx.Client:
         client = self.client()
-        response = client.post(
-            "/auth/login",
-            data={
-                "username": name,
-                "password": password,
-                "csrf_token": form_token(client),
-                "next": "/",
-            },
-        )
+        response = post_sign_in(client, name, password)
         assert response.status_code == 303, response.text
         csrf_header(client)
         return client

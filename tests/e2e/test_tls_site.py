@@ -21,7 +21,7 @@ from tbhub.sample_logs import write_project
 from tests.deploy.sites import runnable_site
 from tests.e2e.harness import TbhubServer, free_port, wait_until
 from tests.e2e.test_boards import wait_for_board
-from tests.forms import form_token
+from tests.forms import post_sign_in
 
 # The browser connects from another loopback address than the TLS site's own, so the test
 # can tell the two apart in what tbhub records.
@@ -77,11 +77,7 @@ def test_the_tls_site_serves_tbhub_over_https_with_secure_cookies_and_real_addre
         transport = httpx.HTTPTransport(verify=tls, local_address=BROWSER_ADDRESS)
         with httpx.Client(base_url=f"https://127.0.0.1:{https_port}", transport=transport,
                           timeout=10) as browser:  # fmt: skip
-            signed_in = browser.post(
-                "/auth/login",
-                data={"username": "alice", "password": "alice-password",
-                      "csrf_token": form_token(browser), "next": "/"},
-            )  # fmt: skip
+            signed_in = post_sign_in(browser, "alice", "alice-password")
             assert signed_in.status_code == 303, signed_in.text
             session_cookie = next(
                 c for c in signed_in.headers.get_list("set-cookie") if "tbhub_session=" in c
