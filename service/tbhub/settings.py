@@ -161,11 +161,12 @@ class Settings(BaseSettings):
         "drops its connection.",
     )
     # Where boards run (issue 11): subprocesses here, containers on this dockerd, or swarm.
-    board_backend: Literal["subprocess", "docker"] = Field(
+    board_backend: Literal["subprocess", "docker", "swarm"] = Field(
         default="subprocess",
         description="subprocess: boards are processes of this host (TBHUB_BOARD_LAUNCHER); "
         "docker: one container per board on the Docker daemon DOCKER_HOST names (the local "
-        "socket by default). See 'Boards in containers'.",
+        "socket by default); swarm: one Docker Swarm service per board, on any node the "
+        "constraints allow (the daemon must be a swarm manager). See 'Boards in containers'.",
     )
     board_image: str | None = Field(
         default=None,
@@ -223,6 +224,12 @@ class Settings(BaseSettings):
         pattern=r"^[0-9]+(:[0-9]+)?$",
         description="uid[:gid] board containers run as. Unset: tbhub's own uid and gid, so "
         "a board reads what a subprocess board would.",
+    )
+    swarm_constraints: list[str] = Field(
+        default_factory=list,
+        description="Placement constraints of board services, as a JSON list (e.g. "
+        '["node.labels.tbhub-boards==true"]). Every node they allow needs the storage '
+        "mounted at the same path and the board image.",
     )
     # Retention (DESIGN.md decision 10): global defaults, overridable per project.
     retention_max_age_days: float | None = Field(

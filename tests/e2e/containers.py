@@ -17,11 +17,15 @@ from typing import Any
 
 import docker
 import docker.errors
+import httpx
 import pytest
 
+from tbhub.sample_logs import write_project
 from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE
 from tbhub.supervisor.board_image import build_board_image
 from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.healing import JSON, board_row, leaky_tensorboard, restart_reasons
+from tests.e2e.test_boards import wait_for_board
 
 
 @pytest.fixture(scope="session")
@@ -94,3 +98,44 @@ def container_server(
     make_server: Callable[..., TbhubServer], installation: str, backend: str, **settings: str
 ) -> TbhubServer:
     return make_server(board_backend=backend, installation_id=installation, **settings)
+
+
+def started_board(
+    make_server: Callable[..., TbhubServer], installation: str, backend: str, *,
+    leaky: bool = False, **settings: str,
+) -> tuple[TbhubServer, httpx.Client]:  # fmt: skip
+    """A server whose project `vision` (3 runs x 40 steps) has a board ready, and alice, its
+    owner, signed in. `leaky`: the board is bench/leaky_board.py (keeps what it is asked)."""
+    server = container_server(make_server, installation, backend, **settings)
+    if leaky:
+        server.env["TBHUB_TENSORBOARD_BIN"] = str(leaky_tensorboard(server))
+    server.add_user("alice", "alice-password")
+    write_project(server.add_project("vision", owner="alice"), runs=3, steps=40, tags=2)
+    server.start()
+    alice = server.sign_in("alice", "alice-password")
+    wait_for_board(alice, "vision")
+    return server, alice
+
+
+def leak_past_the_cgroup_limit(server: TbhubServer, client: httpx.Client) -> None:
+    """Make the leaky board keep 600 MiB in one request (past a 450 MiB cgroup limit, before
+    any pass could see its PSS); the board must come back with one restart, reason oom."""
+    with contextlib.suppress(httpx.HTTPError):  # the board may die while it answers
+        client.get("/boards/vision/data/environment?tbhub_test_leak_mib=600", headers=JSON)
+    wait_until(lambda: board_row(server).restarts, timeout=60, what="the OOM restart")
+    wait_for_board(client, "vision")
+    assert board_row(server).restarts == {"oom": 1}
+    assert restart_reasons(server) == ["oom"]
+
+
+def restart_and_adopt(server: TbhubServer, board_ids: Callable[[], list[str]]) -> None:
+    """SIGKILL the server, start it again: the one board (container or service, as
+    `board_ids` lists them) serves on, adopted rather than started again."""
+    before = board_ids()
+    assert len(before) == 1
+    server.kill()
+    server.start()
+    alice = server.sign_in("alice", "alice-password")
+    assert sorted(wait_for_board(alice, "vision").json()) == ["run-00", "run-01", "run-02"]
+    assert board_ids() == before
+    assert board_row(server).restarts == {}

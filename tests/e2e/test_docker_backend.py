@@ -4,22 +4,26 @@ by a restarted supervisor, and unknown labelled containers reaped."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from tbhub.sample_logs import write_project
 from tbhub.supervisor.backends.containers import INSTALLATION
-from tests.e2e.containers import container_server, instance_container, labelled_containers
+from tests.e2e.containers import (
+    container_server,
+    instance_container,
+    labelled_containers,
+    leak_past_the_cgroup_limit,
+    restart_and_adopt,
+    started_board,
+)
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import (
     JSON,
     board_row,
     leak_past_the_limit_under_load,
-    leaky_tensorboard,
     restart_reasons,
 )
 from tests.e2e.test_boards import assert_exact_scalars, wait_for_board
@@ -28,18 +32,9 @@ MiB = 1024 * 1024
 
 
 def started(
-    make_server: Callable[..., TbhubServer], installation: str, *, leaky: bool = False,
-    **settings: str,
-) -> tuple[TbhubServer, httpx.Client]:  # fmt: skip
-    server = container_server(make_server, installation, "docker", **settings)
-    if leaky:
-        server.env["TBHUB_TENSORBOARD_BIN"] = str(leaky_tensorboard(server))
-    server.add_user("alice", "alice-password")
-    write_project(server.add_project("vision", owner="alice"), runs=3, steps=40, tags=2)
-    server.start()
-    alice = server.sign_in("alice", "alice-password")
-    wait_for_board(alice, "vision")
-    return server, alice
+    make_server: Callable[..., TbhubServer], installation: str, **settings: Any
+) -> tuple[TbhubServer, httpx.Client]:
+    return started_board(make_server, installation, "docker", **settings)
 
 
 def serving_container(server: TbhubServer, client: Any, installation: str) -> Any:
@@ -113,12 +108,7 @@ def test_container_killed_at_its_cgroup_limit_restarts_with_reason_oom(
         board_cgroup_memory_ratio="1.5",
     )  # fmt: skip
     killed = serving_container(server, docker_client, installation)
-    with contextlib.suppress(httpx.HTTPError):  # the board may die while it answers
-        alice.get("/boards/vision/data/environment?tbhub_test_leak_mib=600", headers=JSON)
-    wait_until(lambda: board_row(server).restarts, timeout=60, what="the OOM restart")
-    wait_for_board(alice, "vision")
-    assert board_row(server).restarts == {"oom": 1}
-    assert restart_reasons(server) == ["oom"]
+    leak_past_the_cgroup_limit(server, alice)
     metrics = server.client().get("/metrics").text
     assert 'tbhub_board_restarts_total{reason="oom"} 1' in metrics
     assert "killed at its memory limit" in server.log()
@@ -149,15 +139,9 @@ def test_restarted_supervisor_adopts_its_container(
     make_server: Callable[..., TbhubServer], docker_client: Any, installation: str
 ) -> None:
     server, _alice = started(make_server, installation)
-    before = [c.id for c in labelled_containers(docker_client, installation)]
-    assert len(before) == 1
-    server.kill()
-    server.start()
-    alice = server.sign_in("alice", "alice-password")
-    runs = wait_for_board(alice, "vision")
-    assert sorted(runs.json()) == ["run-00", "run-01", "run-02"]
-    assert [c.id for c in labelled_containers(docker_client, installation)] == before
-    assert board_row(server).restarts == {}
+    restart_and_adopt(
+        server, lambda: [c.id for c in labelled_containers(docker_client, installation)]
+    )
 
 
 def test_unknown_container_with_the_installation_label_is_reaped_and_others_are_left(

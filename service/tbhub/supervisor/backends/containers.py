@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import docker.errors
 import psutil
 from sqlalchemy.engine import make_url
 
@@ -29,6 +32,8 @@ STARTED_AT = "org.tbhub.started-at"
 # A custom board program (TBHUB_TENSORBOARD_BIN) is mounted here, run by the image's Python.
 PROGRAM = "/opt/tbhub/program"
 TCP_ESTABLISHED = "01"  # the state column of /proc/net/tcp
+# json-file logs: at most 2 MiB a board
+LOG_OPTIONS = {"max-size": "1m", "max-file": "2"}
 
 
 def installation_id(settings: Settings) -> str:
@@ -37,18 +42,6 @@ def installation_id(settings: Settings) -> str:
         return settings.installation_id
     url = make_url(settings.db_url).render_as_string(hide_password=True)
     return "db-" + hashlib.sha256(url.encode()).hexdigest()[:12]
-
-
-def board_labels(
-    installation: str, instance_id: str, spec: BoardSpec, started_at: float
-) -> dict[str, str]:
-    return {
-        INSTALLATION: installation,
-        INSTANCE: instance_id,
-        PROJECT: spec.project,
-        FINGERPRINT: spec.fingerprint,
-        STARTED_AT: repr(started_at),
-    }
 
 
 def instance_from_labels(
@@ -73,21 +66,49 @@ def instance_from_labels(
         return None
 
 
-def board_entrypoint(program: str | None) -> list[str] | None:
-    """The container's entrypoint: the image's own (the launcher), or a custom program."""
-    return [IMAGE_PYTHON, PROGRAM] if program else None
-
-
 def container_args(spec: BoardSpec) -> list[str]:
     """The launcher's arguments inside a container: every address, on the board's port."""
     return board_args(spec, host="0.0.0.0", port=BOARD_PORT)  # its own network namespace
 
 
-def mount_source(spec: BoardSpec, storage_root: Path, daemon_storage_root: Path | None) -> str:
-    """The project directory as the Docker daemon sees it (tbhub may itself be a container)."""
-    if daemon_storage_root is None:
-        return spec.logdir
-    return str(daemon_storage_root / Path(spec.logdir).relative_to(storage_root))
+@dataclass(frozen=True)
+class BoardContainers:
+    """What the Docker and Swarm backends both need to run a board's container."""
+
+    installation: str
+    image: str
+    storage_root: Path
+    daemon_storage_root: Path | None  # the storage root as the daemon sees it, if elsewhere
+    user: str
+    stop_grace: float
+    cpu_limit: float | None = None
+    program: str | None = None  # a custom board program (TBHUB_TENSORBOARD_BIN)
+
+    def labels(self, instance_id: str, spec: BoardSpec, started_at: float) -> dict[str, str]:
+        return {
+            INSTALLATION: self.installation,
+            INSTANCE: instance_id,
+            PROJECT: spec.project,
+            FINGERPRINT: spec.fingerprint,
+            STARTED_AT: repr(started_at),
+        }
+
+    def environment(self, instance_id: str) -> dict[str, str]:
+        return {"TBHUB_INSTANCE": instance_id, "TBHUB_OWNER": self.installation}
+
+    def entrypoint(self) -> list[str] | None:
+        """The image's own entrypoint (the launcher), or the custom program."""
+        return [IMAGE_PYTHON, PROGRAM] if self.program else None
+
+    def project_source(self, spec: BoardSpec) -> str:
+        """The project directory as the Docker daemon sees it (tbhub may be a container)."""
+        if self.daemon_storage_root is None:
+            return spec.logdir
+        return str(self.daemon_storage_root / Path(spec.logdir).relative_to(self.storage_root))
+
+    @property
+    def nano_cpus(self) -> int | None:
+        return int(self.cpu_limit * 1_000_000_000) if self.cpu_limit else None
 
 
 def default_user() -> str:
@@ -107,6 +128,22 @@ def _container_processes(pid: int, container_id: str) -> list[psutil.Process] | 
         return [init, *init.children(recursive=True)]
     except (OSError, psutil.Error):
         return None
+
+
+def inspect(client: Any, container_id: str) -> dict[str, Any]:
+    """The container's details; empty once it is gone."""
+    try:
+        return dict(client.api.inspect_container(container_id))
+    except docker.errors.NotFound:
+        return {}
+
+
+def oom_killed(client: Any, container_id: str) -> bool:
+    return bool(inspect(client, container_id).get("State", {}).get("OOMKilled"))
+
+
+def init_pid(client: Any, container_id: str) -> int:
+    return int(inspect(client, container_id).get("State", {}).get("Pid") or 0)
 
 
 def container_pss(pid: int, container_id: str) -> int | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -32,14 +31,16 @@ from docker.types import LogConfig, Mount
 from tbhub.supervisor.backends.containers import (
     INSTALLATION,
     INSTANCE,
+    LOG_OPTIONS,
     PROGRAM,
-    board_entrypoint,
-    board_labels,
+    BoardContainers,
     container_args,
     container_pss,
     established_in_container,
+    init_pid,
+    inspect,
     instance_from_labels,
-    mount_source,
+    oom_killed,
     stats_memory,
 )
 from tbhub.supervisor.backends.local import new_instance_id
@@ -48,7 +49,6 @@ from tbhub.supervisor.plan import BoardSpec, Instance
 
 log = logging.getLogger("tbhub.supervisor")
 
-NANO = 1_000_000_000
 TMP_SIZE = "16m"
 STOP_SIGNALS = ("SIGINT", "SIGTERM")  # then SIGKILL, as for subprocess boards
 
@@ -56,32 +56,18 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM")  # then SIGKILL, as for subprocess boards
 class DockerBackend:
     def __init__(
         self,
-        *,
         client: Any,
-        installation: str,
-        image: str,
+        config: BoardContainers,
+        *,
         network: str,
         upstream_mode: str,
         publish_host: str,
-        storage_root: Path,
-        daemon_storage_root: Path | None,
-        user: str,
-        stop_grace: float,
-        cpu_limit: float | None = None,
-        program: str | None = None,
     ) -> None:
         self.client = client
-        self.installation = installation
-        self.image = image
+        self.config = config
         self.network = network
         self.upstream_mode = upstream_mode
         self.publish_host = publish_host
-        self.storage_root = storage_root
-        self.daemon_storage_root = daemon_storage_root
-        self.user = user
-        self.stop_grace = stop_grace
-        self.cpu_limit = cpu_limit
-        self.program = program
         self._ids: dict[str, str] = {}  # instance id -> container id, from the last listing
         self.ensure_network()
 
@@ -99,39 +85,33 @@ class DockerBackend:
             driver="bridge",
             internal=internal,
             options={} if internal else options,
-            labels={INSTALLATION: self.installation},
+            labels={INSTALLATION: self.config.installation},
         )
         log.info("created docker network %s for boards", self.network)
 
     # -- the Backend contract --------------------------------------------------------------
 
     def start(self, spec: BoardSpec) -> Instance:
+        config = self.config
         instance_id = new_instance_id(spec.project)
         started_at = time.time()
-        mounts = [
-            Mount(
-                spec.logdir,
-                mount_source(spec, self.storage_root, self.daemon_storage_root),
-                type="bind",
-                read_only=True,
-            )
-        ]
-        if self.program:
-            mounts.append(Mount(PROGRAM, self.program, type="bind", read_only=True))
+        mounts = [Mount(spec.logdir, config.project_source(spec), type="bind", read_only=True)]
+        if config.program:
+            mounts.append(Mount(PROGRAM, config.program, type="bind", read_only=True))
         limits: dict[str, Any] = {}
         if spec.memory_limit:
             limits = {"mem_limit": spec.memory_limit, "memswap_limit": spec.memory_limit}
-        if self.cpu_limit:
-            limits["nano_cpus"] = int(self.cpu_limit * NANO)
+        if config.nano_cpus:
+            limits["nano_cpus"] = config.nano_cpus
         ports = {f"{BOARD_PORT}/tcp": (self.publish_host, None)}
         container = self.client.containers.run(
-            self.image,
+            config.image,
             container_args(spec),
-            entrypoint=board_entrypoint(self.program),
+            entrypoint=config.entrypoint(),
             name=f"tbhub-{instance_id}",
             detach=True,
             init=True,
-            user=self.user,
+            user=config.user,
             read_only=True,
             tmpfs={"/tmp": f"size={TMP_SIZE}"},
             cap_drop=["ALL"],
@@ -139,9 +119,9 @@ class DockerBackend:
             mounts=mounts,
             network=self.network,
             ports=ports if self.upstream_mode == "published" else None,
-            labels=board_labels(self.installation, instance_id, spec, started_at),
-            environment={"TBHUB_INSTANCE": instance_id, "TBHUB_OWNER": self.installation},
-            log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"}),
+            labels=config.labels(instance_id, spec, started_at),
+            environment=config.environment(instance_id),
+            log_config=LogConfig(type="json-file", config=LOG_OPTIONS),
             **limits,
         )
         log.info("board %s runs in container %s", spec.project, container.short_id)
@@ -164,7 +144,7 @@ class DockerBackend:
         for summary in self._labelled():
             alive = summary.get("State") in ("running", "paused")
             exit_reason = None
-            if not alive and self._inspect(summary["Id"]).get("State", {}).get("OOMKilled"):
+            if not alive and oom_killed(self.client, summary["Id"]):
                 exit_reason = "oom"
             found = instance_from_labels(
                 summary.get("Labels") or {},
@@ -189,7 +169,7 @@ class DockerBackend:
         container_id = self._container_id(instance.instance_id)
         if container_id is None:
             return 0
-        pss = container_pss(self._pid(container_id), container_id)
+        pss = container_pss(init_pid(self.client, container_id), container_id)
         if pss is not None:
             return pss
         # tbhub in another PID namespace (a container itself): the cgroup's own count.
@@ -202,7 +182,7 @@ class DockerBackend:
         container_id = self._container_id(instance.instance_id)
         if container_id is None:
             return 0
-        return established_in_container(self._pid(container_id), container_id)
+        return established_in_container(init_pid(self.client, container_id), container_id)
 
     def reap_unknown(self) -> list[str]:
         """Remove containers with this installation's label that no instance label explains
@@ -223,7 +203,7 @@ class DockerBackend:
             return ""
         try:
             text = self.client.api.logs(container_id, tail=lines).decode(errors="replace")
-            details = self._inspect(container_id)
+            details = inspect(self.client, container_id)
         except docker.errors.APIError:
             return ""
         if details.get("State", {}).get("OOMKilled"):
@@ -238,25 +218,16 @@ class DockerBackend:
 
     def _labelled(self) -> list[dict[str, Any]]:
         """One summary per container with this installation's label (a single API call)."""
-        label = f"{INSTALLATION}={self.installation}"
+        label = f"{INSTALLATION}={self.config.installation}"
         return list(self.client.api.containers(all=True, filters={"label": label}))
 
     def _container_id(self, instance_id: str) -> str | None:
         """The container of an instance: as the last listing found it, else looked up."""
         if instance_id in self._ids:
             return self._ids[instance_id]
-        labels = [f"{INSTALLATION}={self.installation}", f"{INSTANCE}={instance_id}"]
+        labels = [f"{INSTALLATION}={self.config.installation}", f"{INSTANCE}={instance_id}"]
         found = self.client.api.containers(all=True, filters={"label": labels})
         return str(found[0]["Id"]) if found else None
-
-    def _inspect(self, container_id: str) -> dict[str, Any]:
-        try:
-            return dict(self.client.api.inspect_container(container_id))
-        except docker.errors.NotFound:
-            return {}
-
-    def _pid(self, container_id: str) -> int:
-        return int(self._inspect(container_id).get("State", {}).get("Pid") or 0)
 
     def _upstream(self, summary: dict[str, Any]) -> str | None:
         if self.upstream_mode == "network":
@@ -278,9 +249,9 @@ class DockerBackend:
         return True
 
     def _wait_exit(self, container_id: str) -> bool:
-        deadline = time.monotonic() + self.stop_grace
+        deadline = time.monotonic() + self.config.stop_grace
         while time.monotonic() < deadline:
-            if not self._inspect(container_id).get("State", {}).get("Running"):
+            if not inspect(self.client, container_id).get("State", {}).get("Running"):
                 return True
             time.sleep(0.05)
         return False

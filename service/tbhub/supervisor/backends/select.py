@@ -9,7 +9,11 @@ from typing import Any
 from tbhub.errors import ConfigError
 from tbhub.settings import Settings
 from tbhub.supervisor.backends.base import Backend
-from tbhub.supervisor.backends.containers import default_user, installation_id
+from tbhub.supervisor.backends.containers import (
+    BoardContainers,
+    default_user,
+    installation_id,
+)
 from tbhub.supervisor.backends.local import LocalBackend
 
 log = logging.getLogger("tbhub.supervisor")
@@ -28,23 +32,28 @@ def make_backend(settings: Settings) -> Backend:
             else None,
         )
     client = docker_client()
-    image = board_image(settings, client)
-    installation = installation_id(settings)
-    from tbhub.supervisor.backends.docker import DockerBackend
-
-    return DockerBackend(
-        client=client,
-        installation=installation,
-        image=image,
-        network=settings.docker_network or f"tbhub-boards-{installation}",
-        upstream_mode=settings.docker_upstream,
-        publish_host=settings.docker_publish_host,
+    config = BoardContainers(
+        installation=installation_id(settings),
+        image=board_image(settings, client),
         storage_root=settings.storage,
         daemon_storage_root=settings.docker_storage_root,
         user=settings.docker_user or default_user(),
         stop_grace=settings.board_stop_grace,
         cpu_limit=settings.board_cpu_limit,
         program=settings.tensorboard_bin,
+    )
+    if settings.board_backend == "swarm":
+        from tbhub.supervisor.backends.swarm import SwarmBackend
+
+        return SwarmBackend(client, config, constraints=settings.swarm_constraints)
+    from tbhub.supervisor.backends.docker import DockerBackend
+
+    return DockerBackend(
+        client,
+        config,
+        network=settings.docker_network or f"tbhub-boards-{config.installation}",
+        upstream_mode=settings.docker_upstream,
+        publish_host=settings.docker_publish_host,
     )
 
 
