@@ -92,10 +92,12 @@ def test_board_service_serves_exact_scalars_through_nginx_with_limits_and_placem
     container = task_container(docker_client, service)
     assert container.attrs["HostConfig"]["ReadonlyRootfs"] is True
     assert container.attrs["HostConfig"]["CapDrop"] == ["ALL"]
-    ports = service.tasks()[0]["Status"]["PortStatus"]["Ports"]  # IPv4 and IPv6: one port
+    ports = service.tasks()[0]["Status"]["PortStatus"]["Ports"]  # IPv4 and IPv6
     assert {p["PublishMode"] for p in ports} == {"host"}
-    (published,) = {p["PublishedPort"] for p in ports}
-    assert board_row(server).upstream == f"127.0.0.1:{published}"
+    bindings = container.attrs["NetworkSettings"]["Ports"]["6006/tcp"]
+    (ipv4,) = [b["HostPort"] for b in bindings if b["HostIp"] == "0.0.0.0"]
+    assert int(ipv4) in {p["PublishedPort"] for p in ports}
+    assert board_row(server).upstream == f"127.0.0.1:{ipv4}", "the node's IPv4 port"
 
 
 @pytest.mark.usefixtures("swarm")

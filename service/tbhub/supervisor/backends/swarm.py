@@ -39,6 +39,7 @@ from tbhub.supervisor.backends.containers import (
     container_pss,
     established_in_container,
     init_pid,
+    inspect,
     instance_from_labels,
     oom_killed,
 )
@@ -237,15 +238,29 @@ class SwarmBackend:
         return str(container_id) if container_id else None
 
     def _upstream(self, task: dict[str, Any]) -> str | None:
-        ports = task.get("Status", {}).get("PortStatus", {}).get("Ports") or []
-        published = next(
-            (p["PublishedPort"] for p in ports
-             if p.get("TargetPort") == BOARD_PORT and p.get("PublishedPort")), None,
-        )  # fmt: skip
-        if published is None or task.get("Status", {}).get("State") != "running":
+        if task.get("Status", {}).get("State") != "running":
             return None
+        published = self._ipv4_port(task)
+        if published is None:
+            ports = task.get("Status", {}).get("PortStatus", {}).get("Ports") or []
+            published = next(
+                (p["PublishedPort"] for p in ports
+                 if p.get("TargetPort") == BOARD_PORT and p.get("PublishedPort")), None,
+            )  # fmt: skip
         address = self._node_address(str(task.get("NodeID", "")))
-        return f"{address}:{published}" if address else None
+        return f"{address}:{published}" if address and published else None
+
+    def _ipv4_port(self, task: dict[str, Any]) -> int | None:
+        """The port published on the node's IPv4 addresses, read from a local task's
+        container: the task lists its IPv4 and IPv6 ports alike, and Docker may pick two."""
+        container_id = task.get("Status", {}).get("ContainerStatus", {}).get("ContainerID")
+        if task.get("NodeID") != self.local_node or not container_id:
+            return None
+        ports = inspect(self.client, container_id).get("NetworkSettings", {}).get("Ports") or {}
+        for binding in ports.get(f"{BOARD_PORT}/tcp") or []:
+            if binding.get("HostIp") == "0.0.0.0" and binding.get("HostPort"):
+                return int(binding["HostPort"])
+        return None
 
     def _node_address(self, node_id: str) -> str | None:
         if node_id not in self._node_addresses:
