@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
@@ -13,6 +14,8 @@ from tbhub.db import make_engine, make_session_factory, transaction
 from tbhub.locks import hold_lock
 from tbhub.settings import Settings
 from tbhub.users import authenticate
+from tests.test_docs import command_paths
+from tests.times import assert_one_format
 
 runner = CliRunner()
 
@@ -159,3 +162,67 @@ def test_demo_while_another_server_holds_the_data_dir_changes_nothing(cli_env: S
     finally:
         engine.dispose()  # an undisposed PostgreSQL pool warns at a later test's collection
     assert not (cli_env.storage / "demo").exists()
+
+
+def test_every_time_the_cli_prints_is_iso_8601_utc_with_z(cli_env: Settings) -> None:
+    tbhub("db", "upgrade")
+    tbhub("admin", "user", "create", "alice", "--password-stdin", stdin="pw-long-enough\n")
+    tbhub("admin", "project", "create", "vision", "--owner", "alice")
+    made = json.loads(tbhub("admin", "token", "create", "--user", "alice", "--project",
+                            "vision", "--expires-days", "30", "--json")[1])  # fmt: skip
+    assert_one_format(made, {"created_at", "expires_at"})
+    revoked = json.loads(tbhub("admin", "token", "revoke", str(made["id"]), "--json")[1])
+    assert_one_format(revoked, {"created_at", "expires_at", "revoked_at"})
+    link = json.loads(tbhub("admin", "share", "create", "vision", "--json")[1])
+    assert_one_format(link, {"created_at", "expires_at"})
+    listings = {
+        ("admin", "token", "list"): ("expires_at",),
+        ("admin", "share", "list", "vision"): ("expires_at",),
+        ("admin", "audit", "list"): ("at",),
+    }
+    for command, keys in listings.items():
+        code, out, _ = tbhub(*command, "--json")
+        assert code == 0
+        [first, *_] = rows = json.loads(out)
+        assert_one_format(rows, set(keys))
+        code, table, _ = tbhub(*command)  # the table shows the same strings, whole
+        assert code == 0 and all(first[key] in table for key in keys), table
+
+
+EMPTY_LISTS = {
+    ("admin", "user", "list"): "no users yet; create one with `tbhub admin user create",
+    ("admin", "project", "list"): "no projects yet; create one with",
+    ("admin", "board", "list"): "no boards yet",
+    ("admin", "token", "list"): "no tokens yet; create one with `tbhub admin token create",
+    ("admin", "team", "list"): "no teams yet; create one with",
+    ("admin", "audit", "list"): "no audit events yet",
+    ("admin", "trash", "list"): "the trash is empty",
+    ("admin", "retention", "plan"): "no projects yet, so nothing to plan",
+    ("admin", "backup", "list"): "no snapshots on ",
+    ("runs", "list"): "",  # over the API: tests/e2e/test_training_jobs.py
+    ("admin", "share", "list"): "",  # needs a project: below
+}
+
+
+def test_the_cases_below_cover_every_list_command() -> None:
+    paths = {tuple(p.split()[1:]) for p in command_paths(typer.main.get_command(app))}
+    assert {p for p in paths if p[-1] in ("list", "plan")} == set(EMPTY_LISTS)
+
+
+def test_an_empty_list_says_so_and_what_to_do_instead_of_an_empty_table(
+    cli_env: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TBHUB_BACKUP_TARGET", str(tmp_path / "backups"))
+    tbhub("db", "upgrade")
+    for command, message in EMPTY_LISTS.items():
+        if message:
+            code, out, err = tbhub(*command)
+            assert (code, err) == (0, "") and out.startswith(message), (command, out)
+    assert json.loads(tbhub("admin", "user", "list", "--json")[1]) == []  # programs get JSON
+    tbhub("admin", "project", "create", "vision")
+    code, out, _ = tbhub("admin", "share", "list", "vision")
+    assert out.startswith("vision has no share links yet; create one with `tbhub admin share")
+    code, out, _ = tbhub("admin", "audit", "list", "--action", "no.such")
+    assert out.startswith("no audit events match; try fewer filters")
+    code, out, _ = tbhub("admin", "token", "list", "--project", "vision")
+    assert out.startswith("no tokens match")

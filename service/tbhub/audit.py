@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from tbhub.errors import InvalidInput
 from tbhub.models import AuditEvent
+from tbhub.timestamps import iso_utc
 
 MAX_PAGE = 1000
 TIME_MAX = 40  # characters of an ISO 8601 time
@@ -65,7 +66,7 @@ def list_events(
 def as_dict(event: AuditEvent) -> dict[str, Any]:
     return {
         "id": event.id,
-        "at": event.at.isoformat().replace("+00:00", "Z"),
+        "at": iso_utc(event.at),
         "actor": event.actor,
         "action": event.action,
         "target": event.target,

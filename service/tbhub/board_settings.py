@@ -23,6 +23,7 @@ from tbhub.projects import get_project
 from tbhub.settings import Settings
 from tbhub.supervisor.board_process import OFF_BY_DEFAULT_PLUGINS
 from tbhub.supervisor.metrics import BoardRow
+from tbhub.timestamps import iso_utc
 
 MAX_RELOAD_INTERVAL = 86_400
 MAX_MEMORY_LIMIT = 2**50  # 1 PiB: more than any host, and well inside BIGINT
@@ -97,12 +98,12 @@ def describe_board(session: Session, project: Project, settings: Settings) -> di
         "observed": board.observed_state.value,
         "upstream": board.upstream,
         "instance": board.instance_id,
-        "last_access_at": board.last_access_at,
+        "last_access_at": iso_utc(board.last_access_at),
         "pss_bytes": board.pss_bytes,
         "memory_limit": (default_limit if limit is None else limit) or None,
         "restarts": dict(board.restarts or {}),
         "failures": board.failures,
-        "retry_at": board.retry_at,
+        "retry_at": iso_utc(board.retry_at),
         "status_note": board.status_note,
         "last_error": board.last_error,
         "settings": settings_dict(own),

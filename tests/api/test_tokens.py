@@ -53,6 +53,7 @@ def test_a_revoked_token_is_refused_at_once(team: Team) -> None:
     revoked = team.client.delete(f"/api/v1/tokens/{team.token_ids['bob-write']}",
                                  headers=team.headers("bob"))  # fmt: skip
     assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    assert revoked.json()["state"] == "revoked"
     refused = team.client.get("/api/v1/me", headers=h)
     assert refused.status_code == 401
     assert "revoked" in refused.json()["error"]["message"]
@@ -77,6 +78,9 @@ def test_an_expired_token_is_refused_with_what_to_do(
     assert response.status_code == 401
     assert "expired" in response.json()["error"]["message"]
     assert "tbhub admin token create" in response.json()["error"]["message"]
+    states = {t["name"]: t["state"] for t in
+              team.client.get("/api/v1/tokens", headers=team.headers("bob")).json()}  # fmt: skip
+    assert states == {"bob-read": "expired", "bob-write": "active"}
 
 
 def test_unknown_malformed_and_non_bearer_credentials_are_401(team: Team) -> None:

@@ -4,6 +4,7 @@ the Python client's `Run`, against a real `tbhub serve` behind nginx, with a rea
 from __future__ import annotations
 
 import json
+import re
 import signal
 import stat
 import subprocess
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from tbhub.sample_logs import scalar_value
+from tbhub.timestamps import PATTERN
 from tests.e2e.harness import TBHUB
 from tests.e2e.jobs_hub import Hub, board_scalars
 
@@ -53,6 +55,10 @@ def test_runs_create_list_show_finish(hub: Hub) -> None:
     assert run["hparams"] == {"lr": 0.1, "opt": "adam"} and Path(run["logdir"]).is_dir()
     listed = json.loads(hub.tbhub("runs", "list", "-p", "vision", "--tag", "cli", "--json").stdout)
     assert [r["id"] for r in listed] == [run["id"]]
+    table = hub.tbhub("runs", "list", "-p", "vision", "--tag", "cli").stdout
+    assert re.fullmatch(PATTERN, run["created_at"]) and run["created_at"] in table
+    none = hub.tbhub("runs", "list", "-p", "vision", "--tag", "no-such-tag")
+    assert (none.returncode, none.stdout) == (0, "no runs of vision match; try fewer filters\n")
     shown = hub.tbhub("runs", "show", str(run["id"]), "-p", "vision")
     assert run["logdir"] in shown.stdout
     done = hub.tbhub("runs", "finish", str(run["id"]), "-p", "vision", "--metric", "acc=0.93",

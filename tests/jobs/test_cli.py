@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from tbhub.cli.main import app
 from tbhub.settings import Settings
 from tests.jobs.conftest import MakeRun
+from tests.times import assert_one_format
 
 runner = CliRunner()
 
@@ -31,6 +32,7 @@ def test_plan_json_counts_runs_and_bytes_per_project(
     assert (data["remove_runs"], data["remove_bytes"]) == (1, 100)
     [proj] = data["projects"]
     assert (proj["project"], proj["kept_runs"], proj["runs"][0]["path"]) == ("vision", 1, "a")
+    assert_one_format(data, {"last_write"})
 
 
 def test_apply_asks_first_and_a_no_changes_nothing(
@@ -62,6 +64,9 @@ def test_apply_list_restore_purge_round_trip(
     code, out, _ = tbhub("admin", "trash", "list", "--json")
     listed = {row["run"]: row["id"] for row in json.loads(out)}
     assert set(listed) == {"vision/g/a", "vision/g/b"}
+    assert_one_format(json.loads(out), {"trashed_at", "purge_after"})
+    table = tbhub("admin", "trash", "list")[1]
+    assert all(row["purge_after"] in table for row in json.loads(out))
     code, out, _ = tbhub("admin", "trash", "restore", "vision/g/a")
     assert code == 0 and (run / "events.out.tfevents.1700000000.host").is_file()
     code, out, _ = tbhub("admin", "trash", "purge", "--json")  # default: past the grace period

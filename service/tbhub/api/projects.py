@@ -22,6 +22,7 @@ from tbhub.overview import board_detail, board_state, run_state
 from tbhub.projects import add_project, visible_projects
 from tbhub.storage.paths import project_dir
 from tbhub.supervisor.plan import board_prefix
+from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["projects"])
 
@@ -33,7 +34,7 @@ class BoardOut(BaseModel):
                        "stopped, failed or no-capacity")  # fmt: skip
     detail: str | None = Field(description="Why, when there is more to say (a failure's last "
                                "line, a memory backoff)")  # fmt: skip
-    last_access_at: datetime | None
+    last_access_at: Timestamp | None
 
     @classmethod
     def of(cls, board: Board | None) -> BoardOut | None:

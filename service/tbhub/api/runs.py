@@ -39,6 +39,7 @@ from tbhub.runs import (
     upload_url,
 )
 from tbhub.settings import Settings
+from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
@@ -119,11 +120,11 @@ class RunOut(BaseModel):
     host: str | None
     notes: str | None
     created_by: str
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-    first_write: datetime | None
-    last_write: datetime | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    finished_at: Timestamp | None
+    first_write: Timestamp | None
+    last_write: Timestamp | None
     bytes: int
     files: int
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +30,7 @@ from tbhub.deps import CallerDep, ContextDep, SessionDep
 from tbhub.errors import Forbidden
 from tbhub.models import ApiToken, Role, TokenScope, User
 from tbhub.projects import visible_projects
+from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["tokens"])
 
@@ -54,10 +55,11 @@ class TokenOut(BaseModel):
     hint: str = Field(description="The token's first characters, to tell tokens apart")
     scope: TokenScope
     projects: list[str]
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    last_used_at: datetime | None
+    state: Literal["active", "expired", "revoked"]
+    created_at: Timestamp
+    expires_at: Timestamp | None
+    revoked_at: Timestamp | None
+    last_used_at: Timestamp | None
 
     @classmethod
     def of(cls, token: ApiToken) -> TokenOut:

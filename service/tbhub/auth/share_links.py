@@ -24,6 +24,7 @@ from tbhub import audit
 from tbhub.errors import InvalidInput, NotFound
 from tbhub.models import Project, ShareLink
 from tbhub.projects import get_project
+from tbhub.timestamps import iso_utc
 
 SHARE_COOKIE = "tbhub_share"
 TOKEN_PREFIX = "tbs_"
@@ -53,7 +54,7 @@ def create_link(
     session.add(link)
     session.flush()
     audit.record(session, actor=actor, action="share.create", target=project, link=link.id,
-                 expires_at=link.expires_at.isoformat())  # fmt: skip
+                 expires_at=iso_utc(link.expires_at))  # fmt: skip
     return link, token
 
 
@@ -82,8 +83,8 @@ def describe(link: ShareLink, now: datetime | None = None) -> dict[str, object]:
         "id": link.id,
         "state": state,
         "created_by": link.created_by,
-        "created_at": link.created_at.isoformat().replace("+00:00", "Z"),
-        "expires_at": link.expires_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso_utc(link.created_at),
+        "expires_at": iso_utc(link.expires_at),
         "note": link.note,
     }
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
@@ -25,6 +26,7 @@ from tbhub.boards import AccessTracker
 from tbhub.db import transaction
 from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from tbhub.models import ApiToken, Project, Role, TokenScope, User
+from tbhub.timestamps import iso_utc
 
 TOKEN_PREFIX = "tbh_"
 TOKEN_SHAPE = re.compile(r"tbh_[A-Za-z0-9_-]{43}")
@@ -72,12 +74,10 @@ class TokenGrant:
             )
         if self.revoked_at is not None:
             raise NotAuthenticated(
-                f"this token was revoked at {self.revoked_at:%Y-%m-%d %H:%M} UTC; {MINT_HINT}"
+                f"this token was revoked at {iso_utc(self.revoked_at)}; {MINT_HINT}"
             )
         if self.expires_at is not None and self.expires_at <= now:
-            raise NotAuthenticated(
-                f"this token expired at {self.expires_at:%Y-%m-%d %H:%M} UTC; {MINT_HINT}"
-            )
+            raise NotAuthenticated(f"this token expired at {iso_utc(self.expires_at)}; {MINT_HINT}")
 
 
 def grant_of(token: ApiToken) -> TokenGrant:
@@ -301,7 +301,13 @@ def revoke_token(session: Session, *, token: ApiToken, actor: str) -> ApiToken:
     return token
 
 
-def token_summary(token: ApiToken) -> dict[str, object]:
+def token_state(token: ApiToken, now: datetime) -> str:
+    if token.revoked_at is not None:
+        return "revoked"
+    return "expired" if token.expires_at is not None and token.expires_at <= now else "active"
+
+
+def token_summary(token: ApiToken, now: datetime | None = None) -> dict[str, Any]:
     """A token as shown to people: never the secret, only its first characters."""
     return {
         "id": token.id,
@@ -310,8 +316,9 @@ def token_summary(token: ApiToken) -> dict[str, object]:
         "hint": token.hint,
         "scope": token.scope.value,
         "projects": sorted(p.name for p in token.projects),
-        "created_at": token.created_at,
-        "expires_at": token.expires_at,
-        "revoked_at": token.revoked_at,
-        "last_used_at": token.last_used_at,
+        "state": token_state(token, now or datetime.now(UTC)),
+        "created_at": iso_utc(token.created_at),
+        "expires_at": iso_utc(token.expires_at),
+        "revoked_at": iso_utc(token.revoked_at),
+        "last_used_at": iso_utc(token.last_used_at),
     }

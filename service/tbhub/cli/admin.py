@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
 
 from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
@@ -24,6 +23,7 @@ from tbhub.cli.common import (
     handle_errors,
     human_bytes,
     out_console,
+    print_table,
     runtime_settings,
     session_factory,
 )
@@ -65,6 +65,7 @@ app.add_typer(tokens_cli.app, name="token")
 app.command("replicas")(replicas_cli.replicas)
 
 ACTOR = "cli"
+NO_PROJECTS = "no projects yet; create one with `tbhub admin project create NAME`"
 
 
 def read_password_stdin() -> str:
@@ -105,10 +106,10 @@ def user_list(as_json: bool = JsonOption) -> None:
         rows = [{"name": u.name, "is_admin": u.is_admin} for u in list_users(session)]
 
     def human() -> None:
-        table = Table("name", "admin")
-        for row in rows:
-            table.add_row(str(row["name"]), "yes" if row["is_admin"] else "")
-        out_console.print(table)
+        print_table(("name", "admin"),
+                    [(str(r["name"]), "yes" if r["is_admin"] else "") for r in rows],
+                    empty="no users yet; create one with "
+                          "`tbhub admin user create NAME --password-stdin`")  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)
 
@@ -268,9 +269,8 @@ def project_list(as_json: bool = JsonOption) -> None:
         ]
 
     def human() -> None:
-        table = Table("name", "board", "members")
-        for row in rows:
-            table.add_row(str(row["name"]), str(row["board"]), str(row["members"]))
-        out_console.print(table)
+        print_table(("name", "board", "members"),
+                    [(str(r["name"]), str(r["board"]), str(r["members"])) for r in rows],
+                    empty=NO_PROJECTS)  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from tbhub import audit
 from tbhub.cli.common import (
@@ -11,8 +10,9 @@ from tbhub.cli.common import (
     db_session,
     emit,
     handle_errors,
-    out_console,
+    print_table,
     runtime_settings,
+    time_column,
 )
 
 app = typer.Typer(help="The audit log: sign-ins, tokens, members, boards, retention, backups.",
@@ -36,12 +36,12 @@ def list_command(
             limit=limit)]  # fmt: skip
 
     def human() -> None:
-        if not rows:
-            out_console.print("no audit events match")
-            return
-        table = Table("id", "at", "actor", "action", "target")
-        for row in rows:
-            table.add_row(str(row["id"]), row["at"], row["actor"], row["action"], row["target"])
-        out_console.print(table)
+        filtered = any(f is not None for f in (user, project, action, since))
+        print_table(
+            ("id", time_column("at"), "actor", "action", "target"),
+            [(str(r["id"]), r["at"], r["actor"], r["action"], r["target"]) for r in rows],
+            empty="no audit events match; try fewer filters or an earlier --since"
+            if filtered else "no audit events yet",
+        )  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)

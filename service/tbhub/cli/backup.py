@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from tbhub.cli.common import (
     JsonOption,
@@ -15,11 +14,13 @@ from tbhub.cli.common import (
     handle_errors,
     human_bytes,
     out_console,
+    print_table,
     runtime_settings,
     session_factory,
 )
 from tbhub.errors import TbhubError
 from tbhub.jobs import backup
+from tbhub.timestamps import iso_utc
 
 app = typer.Typer(help="Backups: rsync snapshots with --link-dest.", no_args_is_help=True)
 ACTOR = "cli"
@@ -56,14 +57,13 @@ def list_command(as_json: bool = JsonOption) -> None:
         last, _good = backup.last_runs(session)
         last_run = (
             {"state": last.state, "snapshot": last.snapshot, "error": last.error,
-             "finished_at": last.finished_at} if last else None
+             "finished_at": iso_utc(last.finished_at)} if last else None
         )  # fmt: skip
 
     def human() -> None:
-        table = Table("snapshot", "state")
-        for row in rows:
-            table.add_row(row["name"], row["state"])
-        out_console.print(table)
+        print_table(("snapshot", "state"), [(r["name"], r["state"]) for r in rows],
+                    empty=f"no snapshots on {settings.backup_target} yet; take one with "
+                          "`tbhub admin backup run`")  # fmt: skip
         if last_run and last_run["state"] == "failed":
             out_console.print(f"last run failed: {last_run['error']}", highlight=False)
 

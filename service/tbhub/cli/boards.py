@@ -11,7 +11,6 @@ from typing import Any
 
 import typer
 from pydantic import ByteSize, TypeAdapter, ValidationError
-from rich.table import Table
 
 from tbhub.board_settings import (
     UNSET,
@@ -28,7 +27,9 @@ from tbhub.cli.common import (
     handle_errors,
     human_bytes,
     out_console,
+    print_table,
     runtime_settings,
+    time_column,
 )
 from tbhub.errors import InvalidInput
 from tbhub.projects import get_project, list_projects
@@ -61,15 +62,15 @@ def board_list(as_json: bool = JsonOption) -> None:
         rows = [describe_board(session, p, settings) for p in list_projects(session)]
 
     def human() -> None:
-        table = Table("project", "desired", "observed", "PSS", "limit", "restarts",
-                      "last access", "note")  # fmt: skip
-        for row in rows:
-            table.add_row(
-                row["project"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
-                _bytes(row["memory_limit"]), _restarts(row["restarts"]),
-                str(row["last_access_at"] or "-"), row["status_note"] or "",
-            )  # fmt: skip
-        out_console.print(table)
+        print_table(
+            ("project", "desired", "observed", "PSS", "limit", "restarts",
+             time_column("last access"), "note"),
+            [(row["project"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
+              _bytes(row["memory_limit"]), _restarts(row["restarts"]),
+              row["last_access_at"] or "-", row["status_note"] or "") for row in rows],
+            empty="no boards yet: each project has one; create a project with "
+                  "`tbhub admin project create NAME`",
+        )  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
 
@@ -13,6 +13,7 @@ import typer
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from rich.console import Console
+from rich.table import Column, Table
 from rich.text import Text
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.db import alembic_config, make_engine, make_session_factory, transaction
 from tbhub.errors import ConfigError, TbhubError
 from tbhub.settings import Settings, load_settings, prepare_runtime
+from tbhub.timestamps import EXAMPLE, json_default
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,9 +102,30 @@ def human_bytes(size: float) -> str:
     raise AssertionError("unreachable")
 
 
+def time_column(header: str) -> Column:
+    """A table column of iso_utc() times, each kept whole on one line."""
+    return Column(header, no_wrap=True, min_width=len(EXAMPLE))
+
+
+def print_table(
+    columns: Sequence[str | Column], rows: Sequence[Sequence[str]], *, empty: str
+) -> None:
+    """The one way a list command shows rows: a table whose long cells fold onto more lines
+    (a run path or a name is never cut short), or, when there are none, the `empty` line,
+    which says so and what to do next, instead of an empty table."""
+    if not rows:
+        out_console.print(empty, highlight=False, markup=False)
+        return
+    table = Table(*(Column(c, overflow="fold", min_width=len(c)) if isinstance(c, str) else c
+                    for c in columns))  # fmt: skip
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # text as it is: no markup in names
+    out_console.print(table)
+
+
 def emit(data: Any, *, as_json: bool, human: Callable[[], None]) -> None:
     if as_json:
         # One dumps then one write: much faster than json.dump's many small writes.
-        sys.stdout.write(json.dumps(data, default=str) + "\n")
+        sys.stdout.write(json.dumps(data, default=json_default) + "\n")
     else:
         human()

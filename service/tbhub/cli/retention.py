@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from typing import Any
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from tbhub.cli.common import (
     JsonOption,
@@ -18,12 +16,15 @@ from tbhub.cli.common import (
     handle_errors,
     human_bytes,
     out_console,
+    print_table,
     runtime_settings,
     session_factory,
+    time_column,
 )
 from tbhub.db import transaction
 from tbhub.jobs import retention, trash
 from tbhub.jobs.policy import ProjectPlan
+from tbhub.timestamps import iso_utc
 
 app = typer.Typer(help="Retention: what to remove by age, count and size.", no_args_is_help=True)
 trash_app = typer.Typer(
@@ -35,30 +36,21 @@ ProjectOption = typer.Option(None, "--project", "-p", help="Only this project.")
 SHOWN_RUNS = 10
 
 
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
-
-
 def print_plans(plans: list[ProjectPlan], *, show_runs: int = SHOWN_RUNS) -> None:
-    table = Table("project", "action", "remove", "bytes", "keep", "kept bytes", "pinned", "active")
-    for plan in plans:
-        table.add_row(
-            plan.project,
-            plan.policy.action,
-            str(len(plan.remove)),
-            human_bytes(plan.remove_bytes),
-            str(plan.kept_runs),
-            human_bytes(plan.kept_bytes),
-            str(plan.skipped_pinned),
-            str(plan.skipped_active),
-        )
-    out_console.print(table)
+    print_table(
+        ("project", "action", "remove", "bytes", "keep", "kept bytes", "pinned", "active"),
+        [(plan.project, plan.policy.action, str(len(plan.remove)),
+          human_bytes(plan.remove_bytes), str(plan.kept_runs), human_bytes(plan.kept_bytes),
+          str(plan.skipped_pinned), str(plan.skipped_active)) for plan in plans],
+        empty="no projects yet, so nothing to plan; create one with "
+              "`tbhub admin project create NAME`",
+    )  # fmt: skip
     for plan in plans:
         for decision in plan.remove[:show_runs]:
             run = decision.run
             out_console.print(
                 f"  {plan.policy.action} {plan.project}/{run.path}  {human_bytes(run.bytes)}  "
-                f"last write {_when(run.last_write)}  ({', '.join(decision.reasons)})",
+                f"last write {iso_utc(run.last_write)}  ({', '.join(decision.reasons)})",
                 highlight=False,
             )
         if len(plan.remove) > show_runs:
@@ -210,17 +202,13 @@ def trash_list(as_json: bool = JsonOption) -> None:
         rows = [trash.describe_entry(e, settings) for e in trash.list_trash(session)]
 
     def human() -> None:
-        table = Table("id", "run", "size", "why", "trashed", "purged after")
-        for row in rows:
-            table.add_row(
-                str(row["id"]),
-                str(row["run"]),
-                human_bytes(row["bytes"]),
-                ", ".join(row["reasons"]),
-                f"{row['trashed_at']:%Y-%m-%d %H:%M}",
-                f"{row['purge_after']:%Y-%m-%d %H:%M}",
-            )
-        out_console.print(table)
+        print_table(
+            ("id", "run", "size", "why", time_column("trashed"), time_column("purged after")),
+            [(str(r["id"]), str(r["run"]), human_bytes(r["bytes"]), ", ".join(r["reasons"]),
+              iso_utc(r["trashed_at"]) or "-", iso_utc(r["purge_after"]) or "-") for r in rows],
+            empty="the trash is empty; retention moves runs there "
+                  "(`tbhub admin retention plan` shows which it would)",
+        )  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)
 

@@ -6,9 +6,8 @@ import json
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from tbhub.cli.common import JsonOption, emit, handle_errors, out_console
+from tbhub.cli.common import JsonOption, emit, handle_errors, out_console, print_table, time_column
 from tbhub.client import Client
 from tbhub.errors import InvalidInput
 
@@ -78,11 +77,15 @@ def list_(
     runs = page["runs"]
 
     def human() -> None:
-        table = Table("id", "path", "status", "created", "by")
-        for run in runs:
-            table.add_row(str(run["id"]), run["path"], run["status"], run["created_at"][:19],
-                          run["created_by"])  # fmt: skip
-        out_console.print(table)
+        filtered = any(f is not None for f in (status, tag, group, query))
+        print_table(
+            ("id", "path", "status", time_column("created"), "by"),
+            [(str(r["id"]), r["path"], r["status"], r["created_at"], r["created_by"])
+             for r in runs],
+            empty=f"no runs of {project} match; try fewer filters" if filtered else
+            f"no runs in {project} yet; start one with `tbhub run --project {project} -- "
+            "python train.py`",
+        )  # fmt: skip
 
     emit(runs, as_json=as_json, human=human)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import typer
-from rich.table import Table
 
 from tbhub.auth import share_links
 from tbhub.cli.common import (
@@ -14,7 +13,9 @@ from tbhub.cli.common import (
     emit,
     handle_errors,
     out_console,
+    print_table,
     runtime_settings,
+    time_column,
 )
 
 app = typer.Typer(help="Share links: read-only links to one board.", no_args_is_help=True)
@@ -56,14 +57,13 @@ def list_command(project: str, as_json: bool = JsonOption) -> None:
         rows = [share_links.describe(k) for k in share_links.list_links(session, project=project)]
 
     def human() -> None:
-        if not rows:
-            out_console.print(f"{project} has no share links")
-            return
-        table = Table("id", "state", "expires", "by", "note")
-        for row in rows:
-            table.add_row(str(row["id"]), str(row["state"]), str(row["expires_at"]),
-                          str(row["created_by"]), str(row["note"] or ""))  # fmt: skip
-        out_console.print(table)
+        print_table(
+            ("id", "state", time_column("expires"), "by", "note"),
+            [(str(r["id"]), str(r["state"]), str(r["expires_at"]), str(r["created_by"]),
+              str(r["note"] or "")) for r in rows],
+            empty=f"{project} has no share links yet; create one with "
+                  f"`tbhub admin share create {project}`",
+        )  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
-from rich.table import Table
 
 from tbhub import teams
 from tbhub.cli.common import (
@@ -12,6 +13,7 @@ from tbhub.cli.common import (
     emit,
     handle_errors,
     out_console,
+    print_table,
     runtime_settings,
 )
 from tbhub.projects import parse_role
@@ -92,16 +94,11 @@ def list_command(as_json: bool = JsonOption) -> None:
     with db_session(runtime_settings()) as session:
         rows = teams.list_teams(session)
 
-    def human() -> None:
-        if not rows:
-            out_console.print("no teams yet; create one with `tbhub admin team create NAME`")
-            return
-        table = Table("team", "members", "roles")
-        for row in rows:
-            members = ", ".join(f"{m['user']}{' (oidc)' if m['source'] == 'oidc' else ''}"
-                                for m in row["members"])  # type: ignore[attr-defined]  # fmt: skip
-            roles = ", ".join(f"{p}: {r}" for p, r in row["roles"].items())  # type: ignore[attr-defined]
-            table.add_row(str(row["name"]), members, roles)
-        out_console.print(table)
+    def line(row: dict[str, Any]) -> tuple[str, str, str]:
+        members = ", ".join(f"{m['user']}{' (oidc)' if m['source'] == 'oidc' else ''}"
+                            for m in row["members"])  # fmt: skip
+        return str(row["name"]), members, ", ".join(f"{p}: {r}" for p, r in row["roles"].items())
 
-    emit(rows, as_json=as_json, human=human)
+    emit(rows, as_json=as_json, human=lambda: print_table(
+        ("team", "members", "roles"), [line(r) for r in rows],
+        empty="no teams yet; create one with `tbhub admin team create NAME`"))  # fmt: skip

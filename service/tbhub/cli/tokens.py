@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import typer
-from rich.table import Table
 
 from tbhub.auth.tokens import (
     create_token,
@@ -23,7 +22,9 @@ from tbhub.cli.common import (
     err_console,
     handle_errors,
     out_console,
+    print_table,
     runtime_settings,
+    time_column,
 )
 from tbhub.projects import get_project
 from tbhub.users import get_user
@@ -82,13 +83,16 @@ def token_list(
         ]
 
     def human() -> None:
-        columns = ("id", "name", "user", "hint", "scope", "projects", "expires_at",
-                   "revoked_at", "last_used_at")  # fmt: skip
-        table = Table(*columns)
-        for row in rows:
-            row = {**row, "projects": ", ".join(row["projects"])}  # type: ignore[arg-type]
-            table.add_row(*(str(row[c] or "") for c in columns))
-        out_console.print(table)
+        print_table(
+            ("id", "name", "user", "scope", "projects", "state", time_column("expires"),
+             time_column("last used")),
+            [(str(r["id"]), r["name"], r["user"], r["scope"], ", ".join(r["projects"]),
+              r["state"], r["expires_at"] or "never", r["last_used_at"] or "never")
+             for r in rows],
+            empty="no tokens match; try without --user or --project" if user or project else
+            "no tokens yet; create one with `tbhub admin token create --user USER --project "
+            "PROJECT`",
+        )  # fmt: skip
 
     emit(rows, as_json=as_json, human=human)
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from tbhub.bounds import DAYS_MAX, INT32_MAX, INT64_MAX, MINUTES_MAX
 from tbhub.errors import InvalidInput
 from tbhub.jobs.scan import RunInfo
+from tbhub.timestamps import iso_utc
 
 Action = Literal["trash", "archive"]
 ACTIONS: tuple[Action, ...] = ("trash", "archive")
@@ -119,7 +120,7 @@ class ProjectPlan:
                     "path": d.run.path,
                     "bytes": d.run.bytes,
                     "files": d.run.files,
-                    "last_write": d.run.last_write,
+                    "last_write": iso_utc(d.run.last_write),
                     "reasons": list(d.reasons),
                 }
                 for d in self.remove

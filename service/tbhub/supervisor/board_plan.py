@@ -4,8 +4,6 @@ Part of the pure plan (supervisor/plan.py): no clock, file or process is read he
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from tbhub.supervisor.model import (
     Desired,
     Health,
@@ -18,6 +16,7 @@ from tbhub.supervisor.model import (
     Start,
     Stop,
 )
+from tbhub.timestamps import iso_utc
 
 
 def memory_backoff_seconds(level: int, maximum: float) -> float:
@@ -102,7 +101,7 @@ class BoardPlan:
 
     def _below_working_set_note(self, retry_at: float) -> str:
         limit = (self.want.memory_limit or 0) / MiB
-        until = datetime.fromtimestamp(retry_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        until = iso_utc(retry_at)
         return (
             f"memory limit below what this board needs: it passed its {limit:.0f} MiB limit "
             f"soon after starting; no memory restart before {until}. Raise the project's "
