@@ -96,3 +96,19 @@ def test_json_before_the_command_is_a_usage_error_that_says_where_it_goes(
     assert code == 1 and err == ""
     error = json.loads(out)["error"]
     assert error["code"] == "usage" and "goes after the command" in error["message"]
+
+
+def test_a_bad_serve_flag_stops_before_anything_starts_with_an_error_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TBHUB_CONFIG", str(tmp_path / "absent.toml"))
+    data_dir = tmp_path / "data"
+    for args, expected in (
+        (["--port", "70000"], "error: --port: Input should be less than or equal to 65535"),
+        (["--port", "http"], "error: Invalid value for '--port'"),
+        (["--public-url", "tbhub.example.org"], "error: --public-url: 'tbhub.example.org' is"),
+        (["--host", "0.0.0.0:80"], "error: --host: '0.0.0.0:80' is not an IP address"),
+    ):
+        code, out, err = run(["serve", "--data-dir", str(data_dir), *args], capsys)
+        assert (code, out) == (1, "") and err.startswith(expected), err
+    assert not data_dir.exists()

@@ -75,8 +75,7 @@ def render_config(settings: Settings) -> str:
         tmp_dir=base / "tmp",
         cache_dir=base / "cache",
         api_address=settings.api_address,
-        http_host=settings.http_host,
-        http_port=settings.http_port,
+        http_address=settings.http_address,
         auth_cache_seconds=AUTH_CACHE_SECONDS,
         identity_headers=IDENTITY_HEADERS,
         board_csp=BOARD_CSP,
@@ -162,9 +161,7 @@ class NginxMaster:
             if _accepts(self.settings.http_host, self.settings.http_port):
                 return
             time.sleep(0.05)
-        raise ConfigError(
-            f"nginx did not listen on {self.settings.http_host}:{self.settings.http_port}"
-        )
+        raise ConfigError(f"nginx did not listen on {self.settings.http_address}")
 
     def stop(self) -> None:
         if self._child is None or self._ref is None:

@@ -84,7 +84,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     try:
         if nginx is not None:
             nginx.start()
-            log.info("nginx listens on http://%s:%d", settings.http_host, settings.http_port)
+            log.info("nginx listens on http://%s", settings.http_address)
         log.info("open %s", settings.public_url)
         uvicorn.run(
             app,

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -17,12 +20,16 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tbhub.errors import ConfigError
+from tbhub.errors import ConfigError, InvalidInput
 from tbhub.storage.fstype import is_network_filesystem
 
 # Secrets that appear in docs and examples; a deployment using one is not protected.
 KNOWN_DEFAULT_SECRETS = frozenset({"changeme", "change-me", "secret", "tbhub", "default", "dev"})
 MIN_SECRET_LENGTH = 32
+HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")  # fmt: skip
+# Addresses that mean "every interface": nobody opens them in a browser.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
 
 
 def _config_file() -> Path:
@@ -50,9 +57,15 @@ class Settings(BaseSettings):
         "use postgresql+psycopg://... for several replicas.",
     )
     public_url: str = Field(
-        default="http://127.0.0.1:8080", description="The address people open in a browser."
+        default="http://127.0.0.1:8080",
+        description="The address people open in a browser (http:// or https://, no query). "
+        "Defaults to http://<http_host>:<http_port> (127.0.0.1 for 0.0.0.0 or ::).",
     )
-    http_host: str = Field(default="127.0.0.1", description="Address nginx listens on.")
+    http_host: str = Field(
+        default="127.0.0.1",
+        description="Address nginx listens on: an IP address (0.0.0.0 or :: for every "
+        "interface) or a host name.",
+    )
     http_port: int = Field(default=8080, ge=1, le=65535, description="Port nginx listens on.")
     trusted_proxies: list[str] = Field(
         default_factory=list,
@@ -421,6 +434,36 @@ class Settings(BaseSettings):
                 ) from None
         return networks
 
+    @field_validator("http_host")
+    @classmethod
+    def _check_host(cls, value: str) -> str:
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            pass
+        if not HOST_NAME.match(value):
+            raise ValueError(
+                f"{value[:80]!r} is not an IP address or host name; use e.g. 127.0.0.1, or "
+                "0.0.0.0 for every interface"
+            )
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, value: str) -> str:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError:
+            parts = None
+        if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname
+                or parts.query or parts.fragment or parts.username):  # fmt: skip
+            raise ValueError(
+                f"{value[:80]!r} is not an http:// or https:// address without a query, e.g. "
+                "https://tbhub.example.org"
+            )
+        return value.rstrip("/")
+
     @field_validator("secret_key")
     @classmethod
     def _refuse_weak_secret(cls, value: SecretStr | None) -> SecretStr | None:
@@ -450,6 +493,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "TBHUB_LOCAL_LOGIN=false needs OIDC configured, or nobody could sign in"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _default_public_url(self) -> Settings:
+        # Set from a flag, the environment or tbhub.toml: as given. Otherwise where nginx
+        # listens, so that `--port 9000` alone gives links and origin checks on 9000.
+        if "public_url" not in self.model_fields_set:
+            host = "127.0.0.1" if self.http_host in WILDCARD_HOSTS else self.http_host
+            self.public_url = f"http://{bracketed(host)}:{self.http_port}"
         return self
 
     @model_validator(mode="after")
@@ -486,11 +538,20 @@ class Settings(BaseSettings):
         return f"127.0.0.1:{self.api_port}"
 
     @property
+    def http_address(self) -> str:
+        """Where nginx listens, as nginx's `listen` and URLs write it (IPv6 in brackets)."""
+        return f"{bracketed(self.http_host)}:{self.http_port}"
+
+    @property
     def memory_budget_bytes(self) -> int | None:
         """The board memory budget in bytes; None when turned off with 0."""
         if self.board_memory_budget is None:
             return host_memory_bytes() // 2
         return int(self.board_memory_budget) or None
+
+
+def bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def host_memory_bytes() -> int:
@@ -508,24 +569,39 @@ def host_memory_bytes() -> int:
     return total
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Read settings; turn validation failures into one ConfigError naming each field."""
+def load_settings(*, flags: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Read settings, `overrides` first; turn validation failures into one error naming each
+    field. `flags` names the command-line flag each override came from: when only those are
+    wrong, the error is InvalidInput naming the flags; otherwise a ConfigError."""
     from pydantic import ValidationError
 
+    flags = flags or {}
     try:
         return Settings(**overrides)
     except ValidationError as exc:
+        errors = exc.errors()
+        fields = [str(err["loc"][0]) if err["loc"] else "" for err in errors]
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
+            f"{flags.get(field) or '.'.join(str(p) for p in err['loc']) or 'settings'}: "
+            f"{err['msg'].removeprefix('Value error, ')}"
+            for field, err in zip(fields, errors, strict=True)
         )
+        if all(field in flags for field in fields):
+            raise InvalidInput(problems) from None
         raise ConfigError(f"invalid configuration: {problems}") from None
 
 
 def prepare_runtime(settings: Settings) -> Settings:
     """Create the data dir, refuse SQLite on network storage, and fill in the secret key."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    settings.storage.mkdir(parents=True, exist_ok=True)
+    for name, path in (("data dir", settings.data_dir), ("storage root", settings.storage)):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            setting = name.upper().replace(" ", "_")
+            raise ConfigError(
+                f"cannot create the {name} {path}: {exc.strerror}; point TBHUB_{setting} "
+                "(or the command's flag) at a directory tbhub may write"
+            ) from None
     if settings.db_url.startswith("sqlite") and is_network_filesystem(settings.data_dir):
         raise ConfigError(
             f"the data dir {settings.data_dir} is on a network filesystem, where SQLite "

@@ -99,10 +99,10 @@ class TbhubServer:
             raise AssertionError(f"tbhub {' '.join(args)} failed: {result.stderr}")
         return result
 
-    def start(self) -> None:
+    def start(self, *serve_args: str) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the child's exit
         self.process = subprocess.Popen(
-            [TBHUB, "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [TBHUB, "serve", *serve_args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         log.close()

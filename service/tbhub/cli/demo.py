@@ -8,13 +8,13 @@ import secrets
 from sqlalchemy.orm import Session
 
 from tbhub.auth.passwords import hash_password
-from tbhub.cli.common import db_session, handle_errors, out_console, runtime_settings
+from tbhub.cli.common import db_session, out_console
 from tbhub.db import upgrade
 from tbhub.errors import NotFound
 from tbhub.projects import create_project, get_project
 from tbhub.sample_logs import write_project
 from tbhub.server import hold_data_dir_lock, serve
-from tbhub.settings import Settings
+from tbhub.settings import Settings, prepare_runtime
 from tbhub.users import create_user, get_user
 
 DEMO_ADMIN = "admin"
@@ -43,10 +43,9 @@ def _ensure_project(session: Session, settings: Settings) -> bool:
         return True
 
 
-@handle_errors
-def run_demo() -> None:
+def run_demo(settings: Settings) -> None:
     """Set up a demo admin and project with sample runs, then serve."""
-    settings = runtime_settings()
+    settings = prepare_runtime(settings)
     # Before anything changes: a demo that cannot serve must leave the password as it was.
     lock = hold_data_dir_lock(settings.data_dir)
     upgrade(settings.db_url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
@@ -22,7 +23,14 @@ from tbhub.cli.common import (
     print_error,
     runtime_settings,
 )
-from tbhub.settings import load_settings
+from tbhub.cli.serve_options import (
+    DataDirOption,
+    HostOption,
+    PortOption,
+    PublicUrlOption,
+    StorageRootOption,
+    settings_from_flags,
+)
 
 app = typer.Typer(
     help="tbhub: multi-user TensorBoard behind authenticated nginx.",
@@ -60,22 +68,37 @@ def root(
 
 
 @app.command()
-def demo() -> None:
+@handle_errors
+def demo(
+    host: str | None = HostOption,
+    port: int | None = PortOption,
+    public_url: str | None = PublicUrlOption,
+    data_dir: Path | None = DataDirOption,
+    storage_root: Path | None = StorageRootOption,
+) -> None:
     """Set up a demo admin and project with sample runs, then serve."""
     from tbhub.cli.demo import run_demo  # heavy imports only for the commands that need them
 
-    run_demo()
+    run_demo(settings_from_flags(host=host, port=port, public_url=public_url,
+                                 data_dir=data_dir, storage_root=storage_root))  # fmt: skip
 
 
 @app.command()
 @handle_errors
 def serve(
     no_nginx: bool = typer.Option(False, "--no-nginx", help="Run without the nginx master."),
+    host: str | None = HostOption,
+    port: int | None = PortOption,
+    public_url: str | None = PublicUrlOption,
+    data_dir: Path | None = DataDirOption,
+    storage_root: Path | None = StorageRootOption,
 ) -> None:
     """Run the control plane, the board supervisor and nginx until SIGINT/SIGTERM."""
     from tbhub.server import serve as run_server
 
-    run_server(load_settings(), with_nginx=not no_nginx)
+    settings = settings_from_flags(host=host, port=port, public_url=public_url,
+                                   data_dir=data_dir, storage_root=storage_root)  # fmt: skip
+    run_server(settings, with_nginx=not no_nginx)
 
 
 @db_app.command("upgrade")
