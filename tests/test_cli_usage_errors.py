@@ -14,7 +14,8 @@ import typer
 from tbhub.cli.main import app, main
 from tests.test_docs import command_paths
 
-COMMANDS = sorted(tuple(p.split()[1:]) for p in command_paths(typer.main.get_command(app)))
+ROOT: Any = typer.main.get_command(app)
+COMMANDS = sorted(tuple(p.split()[1:]) for p in command_paths(ROOT))
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -24,31 +25,84 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return int(exited.value.code or 0), out, err
 
 
-def takes_json(path: tuple[str, ...]) -> bool:
-    command: Any = typer.main.get_command(app)
+def command_at(path: tuple[str, ...]) -> Any:
+    command = ROOT
     for name in path:
         command = command.commands[name]
-    return any("--json" in p.opts for p in command.params)
+    return command
 
 
-def test_the_cli_has_the_commands_this_test_walks() -> None:
+def takes_json(path: tuple[str, ...]) -> bool:
+    return any("--json" in p.opts for p in command_at(path).params)
+
+
+def is_number(param: Any) -> bool:
+    annotation = param.type_descriptor.annotation
+    return any(t in (int, float) for t in getattr(annotation, "__args__", (annotation,)))
+
+
+def usage_error(path: tuple[str, ...], kind: str) -> tuple[list[str], str] | None:
+    """Arguments that make this kind of usage error on the command, and how its message
+    starts; None where the command has no place for it. Everything else on the line is
+    right, so this is the one error (and the command never runs)."""
+    params = [p for p in command_at(path).params if p.name != "help"]
+    options = [p for p in params if p.param_type_name == "option"]
+    arguments = [p for p in params if p.param_type_name == "argument"]
+
+    def fill(param: Any) -> str:
+        return "1" if is_number(param) else "x"
+
+    required = [w for o in options if o.required for w in (o.opts[0], fill(o))]
+    positional = [fill(a) for a in arguments if a.required]
+    every_positional = [fill(a) for a in arguments]  # optional ones too: nothing left to fill
+    valued = [o for o in options if not o.is_flag and not o.required]
+    numbers = [o for o in valued if is_number(o)]
+    if kind == "unknown option":
+        return [*path, "--no-such-option", *required, *positional], "No such option"
+    if kind == "missing argument" and positional:
+        return [*path, *required], "Missing argument"
+    if kind == "missing option" and required:
+        return [*path, *positional], "Missing option"
+    if kind == "option without its value" and valued:
+        return [*path, *required, valued[0].opts[0]], "Option"  # ... requires an argument
+    if kind == "not a number" and numbers:
+        return [*path, numbers[0].opts[0], "abc", *required, *positional], "Invalid value"
+    if kind == "extra argument" and all(a.nargs == 1 for a in arguments):
+        return [*path, *required, *every_positional, "extra"], "Got unexpected extra argument"
+    return None
+
+
+KINDS = ("unknown option", "missing argument", "missing option", "option without its value",
+         "not a number", "extra argument")  # fmt: skip
+CASES = [(path, kind) for kind in KINDS for path in COMMANDS if usage_error(path, kind)]
+
+
+def test_the_cli_has_the_commands_and_the_kinds_of_error_this_test_walks() -> None:
     assert ("admin", "retention", "set") in COMMANDS and len(COMMANDS) > 20
+    assert {kind for _, kind in CASES} == set(KINDS)
 
 
-@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
-def test_an_unknown_option_is_an_error_in_the_one_style(
-    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = run([*path, "--no-such-option"], capsys)
-    assert code == 1
-    assert err.startswith("error: No such option: --no-such-option")
-    assert f"see `tbhub {' '.join(path)} --help`" in err
-    assert "╭" not in err + out
-    if takes_json(path):
-        code, out, err = run([*path, "--no-such-option", "--json"], capsys)
-        assert code == 1 and err == ""
-        error = json.loads(out)["error"]
-        assert error["code"] == "usage" and "--no-such-option" in error["message"]
+@pytest.mark.parametrize(("path", "kind"), CASES, ids=[f"{' '.join(p)}: {k}" for p, k in CASES])
+def test_every_kind_of_usage_error_is_in_the_one_style_and_json_with_json(
+    path: tuple[str, ...], kind: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:  # fmt: skip
+    monkeypatch.delenv("TBHUB_PROJECT", raising=False)  # it would fill in --project
+    monkeypatch.setenv("TBHUB_DATA_DIR", str(tmp_path / "data"))  # should a command run
+    case = usage_error(path, kind)
+    assert case is not None
+    args, start = case
+    code, out, err = run(args, capsys)
+    assert (code, out) == (1, "") and err.startswith(f"error: {start}"), err
+    assert err.rstrip().endswith(f"; see `tbhub {' '.join(path)} --help`"), err
+    assert "╭" not in err and not (tmp_path / "data").exists()
+    # --json anywhere on tbhub's part of the line: the JSON shape on stdout, nothing on stderr.
+    code, out, err = run([*path, "--json", *args[len(path) :]], capsys)
+    assert (code, err) == (1, "")
+    error = json.loads(out)["error"]
+    assert error["code"] == "usage"
+    if takes_json(path):  # the same error (elsewhere: --json is the unknown option)
+        assert error["message"].startswith(start)
 
 
 @pytest.mark.parametrize(

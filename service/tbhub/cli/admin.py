@@ -45,7 +45,8 @@ from tbhub.users import (
 )
 
 app = typer.Typer(
-    help="Operator commands: users, teams, projects, boards, retention, trash, backup, audit.",
+    help="Operator commands: users, projects, boards, retention, trash, backups, the audit "
+    "log, teams, share links and API tokens.",
     no_args_is_help=True,
 )
 user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -122,25 +123,47 @@ def nginx_render() -> None:
     out_console.print(f"wrote {path}")
 
 
+def own_args(args: list[str]) -> list[str]:
+    """The arguments that are tbhub's: those before `--` (after it: `tbhub run`'s command)."""
+    return args[: args.index("--")] if "--" in args else args
+
+
+def command_path(args: list[str]) -> str:
+    """`tbhub admin user list` for the command the arguments name, as far as they name one."""
+    command: Any = typer.main.get_command(app)
+    path = ["tbhub"]
+    for arg in own_args(args):
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is not None:
+            path.append(arg)
+            command = sub
+        elif not arg.startswith("-"):
+            break
+    return " ".join(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `tbhub` entry point: usage errors (unknown options, bad values, missing
-    arguments) in the one CLI error style too, exit 1, and the JSON shape with --json."""
+    arguments) in the one CLI error style too, exit 1, and the JSON shape when --json is
+    anywhere among tbhub's own arguments."""
     args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in own_args(args)
     try:
         code = app(args=args, prog_name="tbhub", standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         out_console.print(exc.ctx.get_help(), highlight=False, markup=False)
         code = 0
     except click_errors.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "tbhub"
+        # The parser raises some (an option missing its value) without a context.
+        where = exc.ctx.command_path if exc.ctx else command_path(args)
         message = f"{exc.format_message().rstrip('.')}; see `{where} --help`"
-        print_error(message, as_json="--json" in args, code="usage")
+        print_error(message, as_json=as_json, code="usage")
         code = 1
     except click_errors.ClickException as exc:
-        print_error(exc.format_message(), as_json="--json" in args)
+        print_error(exc.format_message(), as_json=as_json)
         code = 1
     except typer.Abort:
-        print_error("aborted; nothing was changed", as_json="--json" in args)
+        print_error("aborted; nothing was changed", as_json=as_json)
         code = 1
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -13,7 +13,8 @@ from tbhub.errors import InvalidInput
 
 app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
                   no_args_is_help=True)  # fmt: skip
-ProjectOption = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT", help="The project.")
+ProjectOption = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT",
+                             help="The project.")  # fmt: skip
 FINAL_STATES = ("finished", "failed", "killed")
 
 
@@ -48,7 +49,7 @@ def create(
     group: str | None = typer.Option(None, "--group", help="e.g. 'ablations/lr'."),
     hparam: list[str] = typer.Option([], "--hparam", help="KEY=VALUE (repeat)."),
     tag: list[str] = typer.Option([], "--tag", help="A tag (repeat)."),
-    notes: str | None = typer.Option(None, "--notes"),
+    notes: str | None = typer.Option(None, "--notes", help="Free text about the run."),
     as_json: bool = JsonOption,
 ) -> None:
     """Register a run and print its id and logdir."""
@@ -64,10 +65,10 @@ def create(
 def list_(
     project: str = ProjectOption,
     status: str | None = typer.Option(None, "--status", help="running, finished, ..."),
-    tag: str | None = typer.Option(None, "--tag"),
-    group: str | None = typer.Option(None, "--group"),
+    tag: str | None = typer.Option(None, "--tag", help="Only runs with this tag."),
+    group: str | None = typer.Option(None, "--group", help="Only runs in this group."),
     query: str | None = typer.Option(None, "--query", "-q", help="Text in path or notes."),
-    limit: int = typer.Option(50, "--limit", min=1, max=500),
+    limit: int = typer.Option(50, "--limit", min=1, max=500, help="At most this many runs."),
     as_json: bool = JsonOption,
 ) -> None:
     """List runs, newest first."""

@@ -17,6 +17,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from tbhub.cli.common import JsonOption, emit, err_console, human_bytes, out_console
+from tbhub.cli.runs import ProjectOption
 from tbhub.cli.user import safe_run_name
 from tbhub.client import Client
 from tbhub.client.config import config_path
@@ -26,7 +27,7 @@ from tbhub.errors import InvalidInput, TbhubError
 
 def upload(
     path: Path = typer.Argument(..., help="The local log directory to upload."),
-    project: str = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT"),
+    project: str = ProjectOption,
     run: int | None = typer.Option(
         None,
         "--run",

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from tbhub.cli.common import JsonOption, emit, err_console, out_console
-from tbhub.cli.runs import parse_pairs
+from tbhub.cli.runs import ProjectOption, parse_pairs
 from tbhub.client import Client
 from tbhub.client.config import save_config
 from tbhub.client.environment import describe_launch, git_lineage
@@ -48,9 +48,9 @@ def login(
 
 def run_command(
     command: list[str] = typer.Argument(..., help="The command, after `--`."),
-    project: str = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT"),
+    project: str = ProjectOption,
     name: str | None = typer.Option(None, "--name", "-n", help="Default: the script's name."),
-    group: str | None = typer.Option(None, "--group"),
+    group: str | None = typer.Option(None, "--group", help="The run's group, e.g. 'ablations/lr'."),
     hparam: list[str] = typer.Option([], "--hparam", help="KEY=VALUE (repeat)."),
     tag: list[str] = typer.Option([], "--tag", help="A tag (repeat)."),
     upload: bool | None = typer.Option(
