@@ -199,6 +199,7 @@ EMPTY_LISTS = {
     ("admin", "trash", "list"): "the trash is empty",
     ("admin", "retention", "plan"): "no projects yet, so nothing to plan",
     ("admin", "backup", "list"): "no snapshots on ",
+    ("admin", "replicas"): "no `tbhub serve` is running on this database; start one",
     ("runs", "list"): "",  # over the API: tests/e2e/test_training_jobs.py
     ("admin", "share", "list"): "",  # needs a project: below
 }
@@ -206,7 +207,7 @@ EMPTY_LISTS = {
 
 def test_the_cases_below_cover_every_list_command() -> None:
     paths = {tuple(p.split()[1:]) for p in command_paths(typer.main.get_command(app))}
-    assert {p for p in paths if p[-1] in ("list", "plan")} == set(EMPTY_LISTS)
+    assert {p for p in paths if p[-1] in ("list", "plan", "replicas")} == set(EMPTY_LISTS)
 
 
 def test_an_empty_list_says_so_and_what_to_do_instead_of_an_empty_table(

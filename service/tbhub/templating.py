@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +11,16 @@ from fastapi import Request
 from fastapi.templating import Jinja2Templates
 from starlette.responses import Response
 
+from tbhub.timestamps import iso_utc
+
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "web" / "templates"))
 SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def iso(moment: datetime | float | None) -> str:
-    """A moment (or epoch seconds) as ISO 8601 in UTC with `Z`, to the second; '' for none."""
-    if moment is None:
-        return ""
-    if isinstance(moment, int | float):
-        moment = datetime.fromtimestamp(moment, UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The `iso` filter: a moment (or epoch seconds) in the one format (timestamps.py); ''
+    for none."""
+    return iso_utc(moment) or ""
 
 
 def size(count: int | None) -> str:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import transaction
-from tbhub.models import Board, Project
+from tbhub.models import Board, Project, Run
 from tbhub.timestamps import PATTERN
 from tests.api.conftest import Team
 from tests.times import assert_one_format
@@ -37,6 +37,11 @@ def test_every_time_in_the_api_is_iso_8601_utc_with_z(
     done = client.patch(f"{runs}/{made['id']}", json={"status": "finished"}, headers=writer)
     assert_one_format(done.json(), {"created_at", "updated_at", "finished_at"})
     assert_one_format(client.get(runs, headers=writer).json(), {"created_at"})
+    with transaction(factory) as session:
+        session.get_one(Run, made["id"]).last_write = datetime.now(UTC)
+    state = client.get(f"/api/v1/projects/vision/state?run={made['id']}", headers=writer)
+    assert_one_format(state.json(), {"last_write", "last_access_at"})
+    assert client.delete(f"{runs}/{made['id']}", headers=writer).status_code == 200
     link = client.post("/api/v1/projects/vision/share-links", json={"expires_in_hours": 2},
                        headers=owner)  # fmt: skip
     assert link.status_code == 201, link.text
@@ -50,6 +55,7 @@ def test_every_time_in_the_api_is_iso_8601_utc_with_z(
         "/api/v1/audit": {"at"},
         "/api/v1/projects": {"last_access_at"},
         "/api/v1/projects/vision/board": {"last_access_at"},
+        "/api/v1/projects/vision/trash": {"trashed_at", "purge_after"},
     }
     for path, expected in documents.items():
         response = client.get(path, headers=admin)

@@ -136,7 +136,7 @@ class RunStateOut(BaseModel):
     state: str = Field(description="What the pages show: the status, `stalled` for a running "
                        "run whose files got nothing new for a while, or where retention moved "
                        "it (trashed, archived, purged)")  # fmt: skip
-    last_write: datetime | None
+    last_write: Timestamp | None
     bytes: int
 
 

@@ -13,6 +13,7 @@ from tbhub.bounds import INT32_MAX, ByteCount, Count, Days, Minutes, RunPath
 from tbhub.deps import CallerDep, ContextDep, ProjectInPath, RunPathInPath, SessionDep
 from tbhub.jobs import retention, trash
 from tbhub.models import Role
+from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["retention"])
 
@@ -94,14 +95,32 @@ def plan(
     return project_plan.summary()
 
 
-@router.get("/projects/{name}/trash")
+class TrashEntryOut(BaseModel):
+    id: int
+    project: str
+    run_path: str
+    run: str
+    bytes: int
+    files: int
+    reasons: list[str]
+    trashed_by: str | None
+    trashed_at: Timestamp | None
+    purge_after: Timestamp | None
+
+
+class TrashOut(BaseModel):
+    entries: list[TrashEntryOut]
+
+
+@router.get("/projects/{name}/trash", response_model=TrashOut)
 def get_trash(
     name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
-) -> dict[str, Any]:
+) -> TrashOut:
     """The project's runs in the trash (removed by retention or DELETE), until purged."""
     require_project(context.access, caller, name, Role.viewer)
     entries = trash.project_trash(session, project=name)
-    return {"entries": [trash.describe_entry(e, context.settings) for e in entries]}
+    return TrashOut(entries=[TrashEntryOut(**trash.describe_entry(e, context.settings))
+                             for e in entries])  # fmt: skip
 
 
 @router.post("/projects/{name}/trash/{entry_id}/restore")

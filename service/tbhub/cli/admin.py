@@ -45,8 +45,9 @@ from tbhub.users import (
 )
 
 app = typer.Typer(
-    help="Operator commands: users, projects, boards, retention, trash, backups, the audit "
-    "log, teams, share links and API tokens.",
+    help="Operator commands: replicas, users, projects, boards and the board image, the "
+    "docker compose images, retention, trash, backups, the audit log, teams, share links and "
+    "API tokens.",
     no_args_is_help=True,
 )
 user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)

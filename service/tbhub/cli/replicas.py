@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any
 
-from rich.table import Table
 from sqlalchemy.engine import make_url
 
 from tbhub.cli.common import (
@@ -14,11 +12,14 @@ from tbhub.cli.common import (
     emit,
     handle_errors,
     out_console,
+    print_table,
     runtime_settings,
+    time_column,
 )
 from tbhub.leader_lock import list_replicas
 from tbhub.locks import LockHeld, hold_lock
 from tbhub.settings import Settings
+from tbhub.timestamps import iso_utc
 
 
 def sqlite_status(settings: Settings) -> list[dict[str, Any]]:
@@ -38,9 +39,7 @@ def postgresql_status(settings: Settings) -> list[dict[str, Any]]:
         {
             "replica": row.address,
             "leader": row.leader,
-            "connected_at": row.connected_at.astimezone(UTC)
-            .isoformat(timespec="seconds")
-            .replace("+00:00", "Z"),
+            "connected_at": iso_utc(row.connected_at),
         }
         for row in rows
     ]
@@ -56,15 +55,13 @@ def replicas(as_json: bool = JsonOption) -> None:
     result = {"database": database, "leader": leader, "replicas": rows}
 
     def human() -> None:
-        if not rows:
-            out_console.print("no `tbhub serve` is running on this database")
-            return
-        table = Table("replica", "role", "connected since")
-        for row in rows:
-            role = "leader (supervisor, jobs)" if row["leader"] else "standby"
-            table.add_row(row["replica"], role, row["connected_at"] or "-")
-        out_console.print(table)
-        if leader is None:
+        print_table(
+            ("replica", "role", time_column("connected since")),
+            [(row["replica"], "leader (supervisor, jobs)" if row["leader"] else "standby",
+              row["connected_at"] or "-") for row in rows],
+            empty="no `tbhub serve` is running on this database; start one with `tbhub serve`",
+        )  # fmt: skip
+        if rows and leader is None:
             out_console.print("no leader right now: a standby takes over within seconds")
 
     emit(result, as_json=as_json, human=human)
