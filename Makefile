@@ -53,6 +53,8 @@ bench: venv
 	$(BIN)/python bench/cold_start.py
 	$(BIN)/python bench/board_memory.py
 	$(BIN)/python bench/warm_throughput.py
+	$(BIN)/python bench/warm_throughput.py --backend docker
+	$(BIN)/python bench/docker_cold_start.py
 	$(BIN)/python bench/auth_hook.py
 	$(BIN)/python bench/memory_restart.py
 	$(BIN)/python bench/reconcile_cpu.py

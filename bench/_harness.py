@@ -341,15 +341,46 @@ class Tbhub:
             return str(client.cookies["tbhub_session"])
 
     def board_upstream(self) -> str:
-        """host:port of the running board, from its state file."""
+        """host:port of the running board: from its state file (subprocess boards), else
+        as the database records it (`tbhub admin board status`; boards in containers)."""
         for record in sorted(self.data_dir.glob("boards/*.json")):
             upstream = json.loads(record.read_text()).get("upstream")
             if upstream:
                 return str(upstream)
-        raise RuntimeError(f"no board state file with an upstream in {self.data_dir / 'boards'}")
+        upstream = json.loads(self.cli("admin", "board", "status", PROJECT, "--json")).get(
+            "upstream"
+        )
+        if not upstream:
+            raise RuntimeError(f"no board of {PROJECT} has an upstream yet")
+        return str(upstream)
 
     def board_url(self, path: str) -> str:
         return f"{self.base_url}/boards/{PROJECT}/{path.lstrip('/')}"
+
+
+# -- boards in containers ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def docker_boards() -> Iterator[dict[str, str]]:
+    """The settings for boards in containers (TBHUB_BOARD_BACKEND=docker) under an
+    installation id of this run, with the board image built first; every container and
+    network labelled with that id is removed afterwards, nothing else."""
+    import docker
+
+    from tbhub.supervisor.backends.containers import remove_installation
+    from tbhub.supervisor.board_image import build_board_image
+
+    client = docker.from_env()
+    built = build_board_image(client, progress=lambda line: log(f"  board image: {line}"))
+    if built.built:
+        log(f"built the board image {built.tag} in {built.seconds:.1f}s")
+    installation = f"bench-{uuid.uuid4().hex[:10]}"
+    try:
+        yield {"TBHUB_BOARD_BACKEND": "docker", "TBHUB_INSTALLATION_ID": installation}
+    finally:
+        remove_installation(client, installation)
+        client.close()
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------

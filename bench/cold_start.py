@@ -94,14 +94,16 @@ def measure_bare(logdir: Path, names: Sequence[str], work: Path, label: str) -> 
 
 
 def measure_tbhub(
-    storage: Path, names: Sequence[str], work: Path, label: str, tbhub_bin: str, launcher: str
-) -> float:
-    """Seconds from the first board request through nginx to /data/runs listing every run."""
+    storage: Path, names: Sequence[str], work: Path, label: str, tbhub_bin: str, launcher: str,
+    extra_env: dict[str, str] | None = None,
+) -> float:  # fmt: skip
+    """Seconds from the first board request through nginx to /data/runs listing every run.
+    `extra_env`: more settings (bench/docker_cold_start.py puts boards in containers)."""
     hub = Tbhub(
         root=work / f"tbhub-{launcher}-{label}",
         storage_root=storage,
         tbhub_bin=tbhub_bin,
-        extra_env={"TBHUB_BOARD_LAUNCHER": launcher},
+        extra_env={"TBHUB_BOARD_LAUNCHER": launcher, **(extra_env or {})},
     )
     hub.root.mkdir()
     try:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tbhub.sample_logs import write_project
-from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE
+from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE, remove_installation
 from tbhub.supervisor.board_image import build_board_image
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import JSON, board_row, leaky_tensorboard, restart_reasons
@@ -44,27 +44,7 @@ def docker_client() -> Iterator[Any]:
 
 def remove_labelled(client: Any, installation: str) -> None:
     """Remove every service, container and network carrying this installation's label."""
-    label = {"label": f"{INSTALLATION}={installation}"}
-    with contextlib.suppress(docker.errors.APIError):
-        for service in client.services.list(filters=label):
-            with contextlib.suppress(docker.errors.NotFound):
-                service.remove()
-    # A removed service's task containers take a moment to go; wait for them too.
-    with contextlib.suppress(AssertionError):
-        wait_until(
-            lambda: not _remove_containers(client, label), timeout=30, what="containers to go"
-        )
-    for network in client.networks.list(filters=label):
-        with contextlib.suppress(docker.errors.APIError):
-            network.remove()
-
-
-def _remove_containers(client: Any, label: dict[str, str]) -> int:
-    found = client.api.containers(all=True, filters=label)
-    for summary in found:
-        with contextlib.suppress(docker.errors.APIError):
-            client.api.remove_container(summary["Id"], force=True)
-    return len(found)
+    remove_installation(client, installation)
 
 
 @pytest.fixture(scope="session")

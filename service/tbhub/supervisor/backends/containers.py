@@ -8,8 +8,10 @@ derives the same installation id) lists them by the installation label and adopt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,3 +193,29 @@ def established_in_container(pid: int, container_id: str, port: int = BOARD_PORT
             if established and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 count += 1
     return count
+
+
+def remove_installation(client: Any, installation: str, *, timeout: float = 30.0) -> int:
+    """Remove every board service, container and network labelled with `installation` (to
+    retire an installation, or after a test or benchmark); nothing else is touched.
+    Returns how many containers were removed."""
+    label = {"label": f"{INSTALLATION}={installation}"}
+    with contextlib.suppress(docker.errors.APIError):  # not a swarm manager: no services
+        for service in client.api.services(filters=label):
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_service(service["ID"])
+    removed = 0
+    deadline = time.monotonic() + timeout
+    while True:  # a removed service's task containers take a moment to appear and go
+        found = client.api.containers(all=True, filters=label)
+        for summary in found:
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_container(summary["Id"], force=True)
+                removed += 1
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for network in client.api.networks(filters=label):
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_network(network["Id"])
+    return removed
