@@ -4,7 +4,9 @@ by a restarted supervisor, and unknown labelled containers reaped."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +21,7 @@ from tests.e2e.containers import (
     restart_and_adopt,
     started_board,
 )
-from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 from tests.e2e.healing import (
     JSON,
     board_row,
@@ -169,3 +171,14 @@ def test_unknown_container_with_the_installation_label_is_reaped_and_others_are_
         assert f"removing container {unknown.name}" in server.log()
     finally:
         stranger.remove(force=True)
+
+
+def test_board_image_build_does_nothing_while_the_image_for_these_inputs_exists(
+    board_image: str,
+) -> None:
+    result = subprocess.run(
+        [TBHUB, "admin", "board-image", "build", "--json"], capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    answer = json.loads(result.stdout)
+    assert (answer["image"], answer["built"], answer["files"]) == (board_image, False, 0)
