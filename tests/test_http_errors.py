@@ -197,6 +197,11 @@ def test_an_unreachable_database_answers_503_with_retry_after(
             assert response.status_code == 503, response.text
             assert response.headers["retry-after"] == "5"
             assert response.json()["error"]["code"] == "database_unavailable"
+        # A browser gets the 503 as a page, without the signed-in header (reading the user
+        # would only wait on the database again).
+        page = client.get("/", headers={"Accept": "text/html"})
+        assert page.status_code == 503 and 'data-code="database_unavailable"' in page.text
+        assert "Sign out" not in page.text
         context.access.invalidate()
         hook = client.get("/_auth/board", headers={"X-Tbhub-Original-Uri": "/boards/vision/"})
         assert hook.status_code not in (200, 204)  # access stays denied

@@ -23,6 +23,7 @@ MATRIX = [
     ("PUT", "/api/v1/projects/vision/teams/crew", {"role": "editor"}, (401, 404, 403, 200, 200)),
     ("DELETE", "/api/v1/projects/vision/teams/crew", None, (401, 404, 403, 204, 204)),
     ("GET", "/api/v1/users", None, (401, 403, 403, 403, 200)),
+    ("POST", "/api/v1/users", {"name": "dora", "password": "dora-pass"}, (401, 403, 403, 403, 201)),
     ("PATCH", "/api/v1/users/eve", {"disabled": False}, (401, 403, 403, 403, 200)),
     ("POST", "/api/v1/users/eve/sign-out-everywhere", None, (401, 403, 403, 403, 204)),
     ("GET", "/api/v1/audit", None, (401, 403, 403, 403, 200)),
@@ -72,6 +73,33 @@ def test_an_admin_disables_and_deletes_accounts_but_not_the_last_admin(
         "alice", "bob", "root"]  # fmt: skip
     last = client.delete("/api/v1/users/root")
     assert last.status_code == 403 and "last enabled admin" in last.json()["error"]["message"]
+    # Nor disabled, nor made a plain user: nobody could manage the instance then.
+    for change in ({"disabled": True}, {"is_admin": False}):
+        refused = client.patch("/api/v1/users/root", json=change)
+        assert refused.status_code == 403, change
+        assert "last enabled admin" in refused.json()["error"]["message"]
+    root = client.get("/api/v1/users").json()["users"][-1]
+    assert (root["name"], root["is_admin"], root["disabled"]) == ("root", True, False)
+    # With a second admin, the first may step down.
+    assert client.patch("/api/v1/users/alice", json={"is_admin": True}).status_code == 200
+    assert client.patch("/api/v1/users/root", json={"is_admin": False}).json()["is_admin"] is False
+
+
+def test_an_admin_creates_a_local_account_that_can_sign_in(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    sign_in(client, "root")
+    made = client.post("/api/v1/users", json={"name": "dora", "password": "dora-password"})
+    assert made.status_code == 201
+    assert made.json() == {"name": "dora", "is_admin": False, "disabled": False, "email": None,
+                           "oidc": False}  # fmt: skip
+    again = client.post("/api/v1/users", json={"name": "dora", "password": "x"})
+    assert again.status_code == 409 and again.json()["error"]["code"] == "already_exists"
+    bad = client.post("/api/v1/users", json={"name": "-dora", "password": "x"})
+    assert bad.status_code == 422 and "user name" in bad.json()["error"]["message"]
+    assert sign_in(client, "dora", "dora-password") == 303
+    assert client.get("/api/v1/me").json()["user"] == "dora"
 
 
 def test_you_change_your_own_password_and_keep_only_this_session(

@@ -17,18 +17,18 @@ MAX_PAGE = 1000
 TIME_MAX = 40  # characters of an ISO 8601 time
 
 
-def parse_since(value: str | None) -> datetime | None:
+def parse_time(value: str | None, field: str = "since") -> datetime | None:
     """An ISO 8601 time (a date alone means its midnight, local time if no zone is given)."""
     if value is None:
         return None
     try:
-        since = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise InvalidInput(
-            f"since {value[:TIME_MAX]!r} is not a time; use ISO 8601, e.g. 2026-12-01 or "
+            f"{field} {value[:TIME_MAX]!r} is not a time; use ISO 8601, e.g. 2026-12-01 or "
             "2026-12-01T08:00:00Z"
         ) from None
-    return since if since.tzinfo else since.astimezone()
+    return moment if moment.tzinfo else moment.astimezone()
 
 
 def record(session: Session, *, actor: str, action: str, target: str, **detail: Any) -> None:
@@ -42,11 +42,13 @@ def list_events(
     project: str | None = None,
     action: str | None = None,
     since: datetime | None = None,
+    until: datetime | None = None,
     before_id: int | None = None,
     limit: int = 100,
 ) -> list[AuditEvent]:
     """Newest first. `user` matches who acted or whom it was about; `project` matches the
-    project and everything in it (`<project>/<run>`); `action` a prefix like `auth.`."""
+    project and everything in it (`<project>/<run>`); `action` a prefix like `auth.`;
+    `since` and `until` the time range [since, until)."""
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(min(limit, MAX_PAGE))
     if user is not None:
         query = query.where(or_(AuditEvent.actor == user, AuditEvent.target == user))
@@ -58,6 +60,8 @@ def list_events(
         query = query.where(AuditEvent.action.startswith(action))
     if since is not None:
         query = query.where(AuditEvent.at >= since)
+    if until is not None:
+        query = query.where(AuditEvent.at < until)
     if before_id is not None:
         query = query.where(AuditEvent.id < before_id)
     return list(session.scalars(query))

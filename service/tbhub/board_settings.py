@@ -88,12 +88,28 @@ def _board(project: Project) -> Board:
 
 def describe_board(session: Session, project: Project, settings: Settings) -> dict[str, Any]:
     """Desired and observed state, memory, restarts and settings of one board."""
-    board = _board(project)
-    own = session.get(BoardSettings, project.id)
+    return _describe(project.name, _board(project), session.get(BoardSettings, project.id),
+                     settings)  # fmt: skip
+
+
+def describe_boards(session: Session, settings: Settings) -> list[dict[str, Any]]:
+    """describe_board() of every board, by project name, in one query."""
+    rows = session.execute(
+        select(Project.name, Board, BoardSettings)
+        .join(Board, Board.project_id == Project.id)
+        .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
+        .order_by(Project.name)
+    ).all()
+    return [_describe(name, board, own, settings) for name, board, own in rows]
+
+
+def _describe(
+    name: str, board: Board, own: BoardSettings | None, settings: Settings
+) -> dict[str, Any]:
     default_limit = int(settings.board_memory_limit) or None
     limit = own.memory_limit if own is not None and own.memory_limit is not None else None
     return {
-        "project": project.name,
+        "project": name,
         "desired": board.desired_state.value,
         "observed": board.observed_state.value,
         "upstream": board.upstream,
@@ -112,23 +128,11 @@ def describe_board(session: Session, project: Project, settings: Settings) -> di
 
 def board_rows(session: Session, settings: Settings) -> list[BoardRow]:
     """Every board, for /metrics, in one query."""
-    default_limit = int(settings.board_memory_limit) or None
-    rows = session.execute(
-        select(Project.name, Board, BoardSettings.memory_limit)
-        .join(Board, Board.project_id == Project.id)
-        .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
-        .order_by(Project.name)
-    ).all()
     return [
-        BoardRow(
-            project=name,
-            observed=board.observed_state.value,
-            pss_bytes=board.pss_bytes,
-            memory_limit=(default_limit if limit is None else limit) or None,
-            restarts=dict(board.restarts or {}),
-        )
-        for name, board, limit in rows
-    ]
+        BoardRow(project=row["project"], observed=row["observed"], pss_bytes=row["pss_bytes"],
+                 memory_limit=row["memory_limit"], restarts=row["restarts"])
+        for row in describe_boards(session, settings)
+    ]  # fmt: skip
 
 
 def settings_dict(own: BoardSettings | None) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
@@ -52,7 +54,7 @@ def error_response(
             "message": message,
             "title": PAGE_TITLES.get(status, "Error"),
         }
-        page = render(request, "error.html", context, status_code=status)
+        page = _error_page(request, status, code, context)
         page.headers.update(headers or {})
         return page
     headers = dict(headers or {})
@@ -61,6 +63,18 @@ def error_response(
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
+
+
+ErrorPage = Callable[[Request, int, dict[str, Any]], Response]
+
+
+def _error_page(request: Request, status: int, code: str, context: dict[str, Any]) -> Response:
+    """The page with the signed-in header (web/render.py's error_page, which reads the user
+    by the session cookie), or without it while the database is unreachable."""
+    with_header: ErrorPage | None = getattr(request.app.state, "error_page", None)
+    if with_header is None or code == DatabaseUnavailable.code:
+        return render(request, "error.html", context, status_code=status)
+    return with_header(request, status, context)
 
 
 def sign_in_redirect(request: Request) -> Response:
@@ -132,7 +146,8 @@ class UnexpectedErrors:
             await response(scope, receive, send)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, *, error_page: ErrorPage | None = None) -> None:
+    app.state.error_page = error_page
     app.add_middleware(UnexpectedErrors)
 
     @app.exception_handler(TbhubError)

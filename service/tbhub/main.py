@@ -14,7 +14,9 @@ from fastapi.staticfiles import StaticFiles
 
 from tbhub import __version__
 from tbhub.api import (
+    admin,
     audit,
+    board_bar,
     board_gate,
     boards,
     csrf,
@@ -45,7 +47,8 @@ from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
 from tbhub.settings import Settings
 from tbhub.storage.usage import ProjectUsage
-from tbhub.web import board_origin, oidc, pages, share
+from tbhub.web import admin as admin_pages
+from tbhub.web import board_origin, oidc, pages, render, share
 from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
 from tbhub.web import retention as retention_pages
@@ -147,8 +150,10 @@ def create_app(
     app.include_router(tokens.router)
     app.include_router(uploads.router)
     app.include_router(board_gate.router)
+    app.include_router(board_bar.router)
     app.include_router(retention.router)
     app.include_router(audit.router)
+    app.include_router(admin.router)
     app.include_router(share_links.router)
     app.include_router(members.router)
     app.include_router(users.router)
@@ -159,6 +164,7 @@ def create_app(
     app.include_router(project_pages.router)
     for settings_pages in (member_pages, token_pages, share_link_pages, retention_pages):
         app.include_router(settings_pages.router)
+    app.include_router(admin_pages.router)
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)
@@ -166,7 +172,7 @@ def create_app(
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"
     )
-    install_error_handlers(app)
+    install_error_handlers(app, error_page=render.error_page)
     app.add_middleware(
         CsrfGuard,
         tokens=context.csrf,

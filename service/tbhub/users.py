@@ -100,10 +100,27 @@ def _free_user_name(session: Session, identity: Identity) -> str:
     return name
 
 
+def refuse_last_admin(session: Session, user: User, what: str) -> None:
+    """The last enabled admin cannot be deleted, disabled or made a plain user: nobody could
+    manage this tbhub any more (but the CLI on its host)."""
+    if not user.is_admin or user.disabled:
+        return
+    admins = session.scalars(
+        select(User.id).where(User.is_admin.is_(True), User.disabled.is_(False))
+    ).all()
+    if len(admins) == 1:
+        raise Forbidden(
+            f"{user.name} is the last enabled admin and cannot be {what}; make another admin "
+            "first, or nobody could manage this tbhub"
+        )
+
+
 def set_disabled(session: Session, *, name: str, disabled: bool, actor: str) -> User:
     """A disabled account keeps its data and memberships but gets in nowhere: its sessions
     stop at once on pages and the API, and on boards within the permission cache's life."""
     user = get_user(session, name=name)
+    if disabled:
+        refuse_last_admin(session, user, "disabled")
     user.disabled = disabled
     audit.record(session, actor=actor, action="user.disable" if disabled else "user.enable",
                  target=name)  # fmt: skip
@@ -134,15 +151,7 @@ def delete_user(session: Session, *, name: str, actor: str) -> None:
     """Delete an account: its memberships and team places go, its runs and the audit log's
     record of what it did stay. The last enabled admin cannot be deleted."""
     user = get_user(session, name=name)
-    if user.is_admin and not user.disabled:
-        admins = session.scalars(
-            select(User.id).where(User.is_admin.is_(True), User.disabled.is_(False))
-        ).all()
-        if len(admins) == 1:
-            raise Forbidden(
-                f"{name} is the last enabled admin; make another admin first, or nobody "
-                "could manage this tbhub"
-            )
+    refuse_last_admin(session, user, "deleted")
     session.delete(user)
     audit.record(session, actor=actor, action="user.delete", target=name)
     session.flush()
@@ -150,6 +159,8 @@ def delete_user(session: Session, *, name: str, actor: str) -> None:
 
 def set_admin(session: Session, *, name: str, is_admin: bool, actor: str) -> User:
     user = get_user(session, name=name)
+    if not is_admin:
+        refuse_last_admin(session, user, "made a plain user")
     user.is_admin = is_admin
     audit.record(session, actor=actor, action="user.admin", target=name, is_admin=is_admin)
     session.flush()

@@ -38,6 +38,10 @@ MATRIX: dict[str, list[int]] = {
     "global default":  [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
     "create project":  [401, 403, 403, 403, 403, 201, 403, 403, 403, 403, 403],
     "live state":      [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "create user":     [401, 403, 403, 403, 403, 201, 403, 403, 403, 403, 403],
+    "list boards":     [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
+    "read backups":    [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
+    "read storage":    [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
 }  # fmt: skip
 
 Action = Callable[[Team, dict[str, str]], httpx.Response]
@@ -118,6 +122,12 @@ ACTIONS: dict[str, Action] = {
     "live state": lambda t, h: t.client.get(
         f"/api/v1/projects/vision/state?run={_new_run(t)}", headers=h
     ),
+    "create user": lambda t, h: t.client.post(
+        "/api/v1/users", json={"name": f"u{next(_names)}", "password": "pw-of-a-user"}, headers=h
+    ),
+    "list boards": lambda t, h: t.client.get("/api/v1/boards", headers=h),
+    "read backups": lambda t, h: t.client.get("/api/v1/backups", headers=h),
+    "read storage": lambda t, h: t.client.get("/api/v1/storage", headers=h),
 }
 
 

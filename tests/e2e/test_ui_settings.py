@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tbhub.models import Role
 from tbhub.projects import set_membership
 from tbhub.sample_logs import write_project, write_run
 from tbhub.templating import size as human_size
 from tests.e2e.harness import TBHUB, TbhubServer
-from tests.e2e.ui import check_page, screenshot, sign_in
+from tests.e2e.ui import check_page, screenshot, sign_in, signed_in
 from tests.forms import form_token
 
 BOARD_TIMEOUT_MS = 60_000  # a cold board: the starting page reloads until TensorBoard answers
@@ -44,13 +44,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TbhubServer]:
         server.cleanup()
 
 
-def signed_in(browser: Browser, server: TbhubServer, name: str) -> tuple[BrowserContext, Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    sign_in(page, server.base_url, name, f"{name}-password")
-    return context, page
-
-
 def wait_for_board(page: Page) -> None:
     """TensorBoard's own app has rendered and lists the project's runs."""
     page.wait_for_selector("tb-webapp", timeout=BOARD_TIMEOUT_MS, state="attached")
@@ -60,8 +53,8 @@ def wait_for_board(page: Page) -> None:
 def test_an_owner_adds_a_member_who_then_opens_the_board(
     server: TbhubServer, browser: Browser
 ) -> None:
-    bob_context, bob = signed_in(browser, server, "bob")
-    alice_context, alice = signed_in(browser, server, "alice")
+    bob_context, bob = signed_in(browser, server.base_url, "bob")
+    alice_context, alice = signed_in(browser, server.base_url, "alice")
     try:
         refused = bob.goto(f"{server.base_url}/boards/vision/")
         assert refused is not None and refused.status == 403  # not a member: no board
@@ -114,7 +107,7 @@ def test_a_viewer_gets_403_on_every_members_and_share_form(server: TbhubServer) 
 def test_a_token_made_on_the_page_registers_a_run_from_a_job(
     server: TbhubServer, browser: Browser, tmp_path: Path
 ) -> None:
-    context, page = signed_in(browser, server, "alice")
+    context, page = signed_in(browser, server.base_url, "alice")
     context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.base_url)
     try:
         page.goto(f"{server.base_url}/settings/tokens")
@@ -168,7 +161,7 @@ def test_a_token_made_on_the_page_registers_a_run_from_a_job(
 def test_a_share_link_opens_the_board_in_a_fresh_browser_and_nothing_else(
     server: TbhubServer, browser: Browser
 ) -> None:
-    context, page = signed_in(browser, server, "alice")
+    context, page = signed_in(browser, server.base_url, "alice")
     guest_context = browser.new_context(viewport={"width": 1280, "height": 900})
     try:
         page.goto(f"{server.base_url}/projects/vision/share")
@@ -218,7 +211,7 @@ def test_a_trashed_run_comes_back_with_the_restore_button(
     assert trashed.status_code == 200 and trashed.json()["retention_state"] == "trashed"
     assert not Path(run["logdir"]).exists()
 
-    context, page = signed_in(browser, server, "alice")
+    context, page = signed_in(browser, server.base_url, "alice")
     try:
         page.goto(f"{server.base_url}/projects/vision/retention")
         # The plan, with bytes: keep only the newest run, and count nothing as active.

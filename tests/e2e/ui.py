@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, BrowserContext, Page
 
 REPO = Path(__file__).resolve().parents[2]
 AXE_SCRIPT = REPO / "tests" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
@@ -27,13 +27,29 @@ def sign_in(page: Page, base_url: str, name: str, password: str, *, next_path: s
     page.wait_for_load_state()
 
 
-def axe_violations(page: Page) -> list[dict[str, object]]:
-    """Run axe-core on the page as it is now; the serious and critical violations."""
+def signed_in(
+    browser: Browser, base_url: str, name: str, *, height: int = 900
+) -> tuple[BrowserContext, Page]:
+    """A fresh browser context (1280 px wide) signed in as `name`, whose password is
+    `<name>-password` as the browser tests' users have it."""
+    context = browser.new_context(viewport={"width": 1280, "height": height})
+    page = context.new_page()
+    sign_in(page, base_url, name, f"{name}-password")
+    return context, page
+
+
+def axe_violations(page: Page, include: list[str] | None = None) -> list[dict[str, object]]:
+    """Run axe-core on the page as it is now (or only on the elements the `include`
+    selectors name); the serious and critical violations."""
     if not page.evaluate("() => typeof window.axe !== 'undefined'"):
         # Evaluated through the DevTools protocol: tbhub's CSP (script-src 'self') blocks a
         # script tag, as it should, and the page is checked under its real policy.
         page.evaluate(AXE_SCRIPT.read_text() + "\n;void 0")
-    result = page.evaluate("() => axe.run(document, {resultTypes: ['violations']})")
+    result = page.evaluate(
+        "include => axe.run(include ? {include: include.map(s => [s])} : document, "
+        "{resultTypes: ['violations']})",
+        include,
+    )
     return [
         {"id": v["id"], "impact": v["impact"], "help": v["help"],
          "nodes": [n["target"] for n in v["nodes"]][:5]}
@@ -42,8 +58,8 @@ def axe_violations(page: Page) -> list[dict[str, object]]:
     ]  # fmt: skip
 
 
-def assert_accessible(page: Page) -> None:
-    violations = axe_violations(page)
+def assert_accessible(page: Page, include: list[str] | None = None) -> None:
+    violations = axe_violations(page, include)
     assert not violations, f"axe-core on {page.url}:\n{json.dumps(violations, indent=1)}"
 
 
@@ -54,7 +70,9 @@ def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
     return path
 
 
-def check_page(page: Page, name: str) -> None:
-    """Every page a browser test visits: a screenshot, and no serious axe-core violation."""
+def check_page(page: Page, name: str, *, include: list[str] | None = None) -> None:
+    """Every page a browser test visits: a screenshot, and no serious axe-core violation.
+    On a page that is not tbhub's (a board: TensorBoard's own markup), `include` narrows
+    axe to tbhub's own elements there (CSS selectors)."""
     screenshot(page, name)
-    assert_accessible(page)
+    assert_accessible(page, include)

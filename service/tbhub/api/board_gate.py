@@ -16,7 +16,6 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
@@ -77,10 +76,8 @@ def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict,
         return Verdict.other_origin, None
     if request.headers.get("authorization") is not None:
         return _judge_token(request, context, project)
-    if origins is not None:
-        verdict, project_id = _judge_board_session(request, context, origins, project)
-    else:
-        verdict, project_id = _judge_session(request, context, project)
+    data = viewer_session(request, context, project)
+    verdict, project_id = judge_user(context, data, project)
     if verdict is not Verdict.allowed:
         grant = _share_grant(request, context)
         if grant is not None and grant.project == project:
@@ -109,28 +106,25 @@ def _share_grant(request: Request, context: AppContext) -> ShareGrant | None:
     return context.shares.lookup(token) if token else None
 
 
-def _judge_board_session(
-    request: Request, context: AppContext, origins: BoardOrigins, project: str
-) -> tuple[Verdict, int | None]:
-    """On a board's own origin only its board cookie counts, never tbhub's session cookie."""
+def viewer_session(request: Request, context: AppContext, project: str) -> SessionData | None:
+    """The session a board request carries (not yet checked against the user): tbhub's
+    session cookie, or on a board's own origin only its board cookie, never tbhub's."""
+    origins = context.board_origins
+    if origins is None:
+        return signed_in_session(request, context)
     value = read_cookie(request.headers.getlist("cookie"), context.cookies.board)
     board = origins.read_cookie(value, project)
     if board is None:
-        return Verdict.anonymous, None
-    data = SessionData(user_id=board.user_id, expires_at=board.expires_at, epoch=board.epoch)
-    return _judge_user(context, data, project)
+        return None
+    return SessionData(user_id=board.user_id, expires_at=board.expires_at, epoch=board.epoch)
 
 
-def _judge_session(
-    request: Request, context: AppContext, project: str
+def judge_user(
+    context: AppContext, data: SessionData | None, project: str
 ) -> tuple[Verdict, int | None]:
-    data = signed_in_session(request, context)
+    """A session's own standing towards `project` (share links aside)."""
     if data is None:
         return Verdict.anonymous, None
-    return _judge_user(context, data, project)
-
-
-def _judge_user(context: AppContext, data: SessionData, project: str) -> tuple[Verdict, int | None]:
     access = context.access.lookup(data.user_id, project)
     # A disabled user's access reads as no user; a session from an older epoch is over.
     if not access.user_exists or not session_is_current(
@@ -194,14 +188,19 @@ def heartbeat(request: Request, project: ProjectInPath, context: ContextDep) -> 
 
     Counts as an access, like a request to the board, without starting a stopped board.
     """
+    context.tracker.touch(readable_board(request, context, project))
+    return Response(status_code=204)
+
+
+def readable_board(request: Request, context: AppContext, project: str) -> int:
+    """The id of a project whose board the caller may read (as the hook judges), or 401/404
+    for the board page's own calls (heartbeat, bar)."""
     verdict, project_id = judge(request, context, project)
     if verdict is Verdict.anonymous:
         raise NotAuthenticated("sign in first: open /auth/login in a browser")
-    if verdict is not Verdict.allowed:
+    if verdict is not Verdict.allowed or project_id is None:
         raise NotFound(f"no project named {project!r} that you can open")
-    assert project_id is not None
-    context.tracker.touch(project_id)
-    return Response(status_code=204)
+    return project_id
 
 
 @router.api_route("/boards/{project}", methods=["GET", "HEAD", "POST"])

@@ -7,12 +7,12 @@ import time
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
-from sqlalchemy import func, select
 
 from tbhub.board_settings import board_rows
 from tbhub.deps import ContextDep, SessionDep
-from tbhub.jobs.backup import last_runs
-from tbhub.models import ObservedState, RestartReason, TrashEntry
+from tbhub.jobs.backup import last_runs, recovery_point_age
+from tbhub.jobs.trash import trash_totals
+from tbhub.models import ObservedState, RestartReason
 from tbhub.supervisor.metrics import board_lines
 
 router = APIRouter(tags=["health"])
@@ -33,17 +33,13 @@ def metrics_text(session: SessionDep, now: float) -> str:
           "When the newest complete snapshot finished (Unix time).", good_at)  # fmt: skip
     gauge("tbhub_backup_last_complete_age_seconds",
           "Seconds since the newest complete snapshot finished: the recovery point.",
-          now - good_at if good_at is not None else None)  # fmt: skip
+          recovery_point_age(good, now))  # fmt: skip
     gauge("tbhub_backup_last_run_success",
           "1 if the last backup run completed, 0 if it failed.",
           (1 if last.state == "complete" else 0) if last else None)  # fmt: skip
     gauge("tbhub_backup_last_run_timestamp_seconds", "When the last backup run ended.",
           last.finished_at.timestamp() if last and last.finished_at else None)  # fmt: skip
-    count, size = session.execute(
-        select(func.count(), func.coalesce(func.sum(TrashEntry.bytes), 0)).where(
-            TrashEntry.state == "trashed"
-        )
-    ).one()
+    count, size = trash_totals(session)
     gauge("tbhub_trash_runs", "Runs in the trash.", count)
     gauge("tbhub_trash_bytes", "Bytes in the trash.", size)
     return "\n".join(lines) + "\n"

@@ -10,9 +10,17 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from tbhub import users
+from tbhub.auth.caller import require_admin as require_admin_caller
 from tbhub.auth.passwords import verify_password
-from tbhub.bounds import PASSWORD_MAX
-from tbhub.deps import ContextDep, CurrentUser, SessionDep, UserNameInPath, set_session_cookie
+from tbhub.bounds import PASSWORD_MAX, USER_NAME_MAX
+from tbhub.deps import (
+    CallerDep,
+    ContextDep,
+    CurrentUser,
+    SessionDep,
+    UserNameInPath,
+    set_session_cookie,
+)
 from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated
 from tbhub.models import User
 
@@ -27,6 +35,14 @@ def require_admin(user: User) -> None:
 def describe(user: User) -> dict[str, Any]:
     return {"name": user.name, "is_admin": user.is_admin, "disabled": user.disabled,
             "email": user.email, "oidc": user.oidc_subject is not None}  # fmt: skip
+
+
+class NewUser(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=USER_NAME_MAX)
+    password: str = Field(min_length=1, max_length=PASSWORD_MAX)
+    is_admin: bool = False
 
 
 class UserPatch(BaseModel):
@@ -47,6 +63,15 @@ class PasswordChange(BaseModel):
 def list_users(user: CurrentUser, session: SessionDep) -> dict[str, Any]:
     require_admin(user)
     return {"users": [describe(u) for u in users.list_users(session)]}
+
+
+@router.post("/users", status_code=201)
+def create_user(body: NewUser, caller: CallerDep, session: SessionDep) -> dict[str, Any]:
+    """Create a local account (as `tbhub admin user create` does)."""
+    require_admin_caller(caller, "create accounts")
+    user = users.create_user(session, name=body.name, password=body.password,
+                             is_admin=body.is_admin, actor=caller.name)  # fmt: skip
+    return describe(user)
 
 
 @router.patch("/users/{name}")

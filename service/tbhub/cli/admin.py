@@ -40,6 +40,7 @@ from tbhub.users import (
     delete_user,
     end_sessions,
     list_users,
+    set_admin,
     set_disabled,
     set_password,
 )
@@ -116,11 +117,12 @@ def user_list(as_json: bool = JsonOption) -> None:
     emit(rows, as_json=as_json, human=human)
 
 
-def _set_disabled(name: str, disabled: bool, as_json: bool) -> None:
+def _set_flag(name: str, flag: str, value: bool, message: str, as_json: bool) -> None:
+    """Set `disabled` or `is_admin` of an account, with the service function the API uses."""
+    setter = set_disabled if flag == "disabled" else set_admin
     with db_session(runtime_settings()) as session:
-        set_disabled(session, name=name, disabled=disabled, actor=ACTOR)
-    message = f"{'disabled' if disabled else 'enabled'} {name}"
-    emit({"name": name, "disabled": disabled}, as_json=as_json,
+        setter(session, name=name, actor=ACTOR, **{flag: value})
+    emit({"name": name, flag: value}, as_json=as_json,
          human=lambda: out_console.print(message, highlight=False))  # fmt: skip
 
 
@@ -128,14 +130,28 @@ def _set_disabled(name: str, disabled: bool, as_json: bool) -> None:
 @handle_errors
 def user_disable(name: str, as_json: bool = JsonOption) -> None:
     """Disable an account: it keeps its data but gets in nowhere, from now on."""
-    _set_disabled(name, True, as_json)
+    _set_flag(name, "disabled", True, f"disabled {name}", as_json)
 
 
 @user_app.command("enable")
 @handle_errors
 def user_enable(name: str, as_json: bool = JsonOption) -> None:
     """Enable a disabled account again."""
-    _set_disabled(name, False, as_json)
+    _set_flag(name, "disabled", False, f"enabled {name}", as_json)
+
+
+@user_app.command("make-admin")
+@handle_errors
+def user_make_admin(name: str, as_json: bool = JsonOption) -> None:
+    """Make an account an instance admin."""
+    _set_flag(name, "is_admin", True, f"{name} is now an instance admin", as_json)
+
+
+@user_app.command("remove-admin")
+@handle_errors
+def user_remove_admin(name: str, as_json: bool = JsonOption) -> None:
+    """Make an admin a plain user again (never the last enabled admin)."""
+    _set_flag(name, "is_admin", False, f"{name} is no longer an instance admin", as_json)
 
 
 @user_app.command("delete")

@@ -26,14 +26,15 @@ def list_command(
     project: str | None = typer.Option(None, "--project", "-p", help="A project and its runs."),
     action: str | None = typer.Option(None, "--action", help="An action prefix, e.g. auth."),
     since: str | None = typer.Option(None, "--since", help="ISO 8601 time, e.g. 2026-12-01."),
+    until: str | None = typer.Option(None, "--until", help="Only events before this time."),
     limit: int = typer.Option(100, "--limit", min=1, max=audit.MAX_PAGE, help="At most this many."),
     as_json: bool = JsonOption,
 ) -> None:
     """Audit events, newest first."""
     with db_session(runtime_settings()) as session:
         rows = [audit.as_dict(e) for e in audit.list_events(
-            session, user=user, project=project, action=action, since=audit.parse_since(since),
-            limit=limit)]  # fmt: skip
+            session, user=user, project=project, action=action, since=audit.parse_time(since),
+            until=audit.parse_time(until, "until"), limit=limit)]  # fmt: skip
 
     def human() -> None:
         filtered = any(f is not None for f in (user, project, action, since))

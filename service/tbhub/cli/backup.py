@@ -20,7 +20,6 @@ from tbhub.cli.common import (
 )
 from tbhub.errors import TbhubError
 from tbhub.jobs import backup
-from tbhub.timestamps import iso_utc
 
 app = typer.Typer(help="Backups: rsync snapshots with --link-dest.", no_args_is_help=True)
 ACTOR = "cli"
@@ -54,11 +53,7 @@ def list_command(as_json: bool = JsonOption) -> None:
     settings = runtime_settings()
     rows = backup.list_snapshots(settings)
     with session_factory(settings) as factory, factory() as session:
-        last, _good = backup.last_runs(session)
-        last_run = (
-            {"state": last.state, "snapshot": last.snapshot, "error": last.error,
-             "finished_at": iso_utc(last.finished_at)} if last else None
-        )  # fmt: skip
+        last_run = backup.run_summary(backup.last_runs(session)[0])
 
     def human() -> None:
         print_table(("snapshot", "state"), [(r["name"], r["state"]) for r in rows],

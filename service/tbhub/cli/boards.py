@@ -16,6 +16,7 @@ from tbhub.board_settings import (
     UNSET,
     SettingsChange,
     describe_board,
+    describe_boards,
     request_restart,
     request_stop,
     update_settings,
@@ -32,7 +33,7 @@ from tbhub.cli.common import (
     time_column,
 )
 from tbhub.errors import InvalidInput
-from tbhub.projects import get_project, list_projects
+from tbhub.projects import get_project
 
 app = typer.Typer(
     help="Boards: state, memory, restarts; restart, stop, pin and per-project settings.",
@@ -59,7 +60,7 @@ def board_list(as_json: bool = JsonOption) -> None:
     """Every board: state, PSS against its limit, restarts by reason, last access."""
     settings = runtime_settings()
     with db_session(settings) as session:
-        rows = [describe_board(session, p, settings) for p in list_projects(session)]
+        rows = describe_boards(session, settings)
 
     def human() -> None:
         print_table(

@@ -45,6 +45,7 @@ from tbhub.models import BackupRun
 from tbhub.names import check_project_name
 from tbhub.settings import Settings
 from tbhub.storage.paths import inside_root
+from tbhub.timestamps import iso_utc
 
 T = TypeVar("T")
 STAT_LINES = {
@@ -435,3 +436,41 @@ def last_runs(session: Session) -> tuple[BackupRun | None, BackupRun | None]:
         select(BackupRun).where(BackupRun.state == "complete").order_by(BackupRun.id.desc())
     ).first()
     return last, good
+
+
+def recovery_point_age(good: BackupRun | None, now: float) -> float | None:
+    """Seconds since the newest complete snapshot finished: what a restore would lose."""
+    if good is None or good.finished_at is None:
+        return None
+    return now - good.finished_at.timestamp()
+
+
+def run_summary(run: BackupRun | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {"state": run.state, "snapshot": run.snapshot or None, "target": run.target,
+            "started_at": iso_utc(run.started_at), "finished_at": iso_utc(run.finished_at),
+            "files": run.files,
+            "bytes": run.bytes, "transferred_bytes": run.transferred_bytes,
+            "attempts": run.attempts, "actor": run.actor, "error": run.error}  # fmt: skip
+
+
+def backup_status(session: Session, settings: Settings, *, now: float) -> dict[str, Any]:
+    """The admin console's and `GET /api/v1/backups`' view: the target, its snapshots (or
+    why they could not be listed), the last run, the last complete one, the recovery point."""
+    last, good = last_runs(session)
+    snapshots: list[dict[str, str]] = []
+    listing_error = None
+    if settings.backup_target:
+        try:
+            snapshots = list_snapshots(settings)
+        except TbhubError as exc:
+            listing_error = exc.message
+    return {
+        "target": settings.backup_target or None,
+        "snapshots": snapshots,
+        "listing_error": listing_error,
+        "last_run": run_summary(last),
+        "last_complete": run_summary(good),
+        "recovery_point_age_seconds": recovery_point_age(good, now),
+    }

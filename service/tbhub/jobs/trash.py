@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
@@ -179,3 +179,13 @@ def trash_run(
             run.retention_state = RetentionState.purged
             audit.record(session, actor=actor, action="run.delete", target=f"{project}/{run_path}",
                          gone=True)  # fmt: skip
+
+
+def trash_totals(session: Session) -> tuple[int, int]:
+    """(runs, bytes) in the trash, for /metrics and the admin console."""
+    count, size = session.execute(
+        select(func.count(), func.coalesce(func.sum(TrashEntry.bytes), 0)).where(
+            TrashEntry.state == "trashed"
+        )
+    ).one()
+    return int(count), int(size)

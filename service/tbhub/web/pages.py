@@ -13,6 +13,7 @@ from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
 from tbhub.deps import (
     AppContext,
     ContextDep,
+    OptionalUser,
     SessionDep,
     client_address,
     set_session_cookie,
@@ -105,6 +106,14 @@ def signed_in_redirect(context: AppContext, user: User, target: str) -> Response
     response = RedirectResponse(target, status_code=303)
     set_session_cookie(response, context, user)
     return response
+
+
+@router.get("/auth/logout")
+def logout_page(request: Request, user: OptionalUser) -> Response:
+    """Sign-out as a page: where a board on its own origin sends its bar's "Sign out"."""
+    if user is None:
+        return RedirectResponse("/auth/login", status_code=303)
+    return page(request, "logout.html", {}, user=user)
 
 
 @router.post("/auth/logout")

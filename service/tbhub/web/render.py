@@ -12,13 +12,14 @@ from urllib.parse import urlencode
 
 from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.caller import Caller
 from tbhub.auth.csrf import binding_of, new_nonce
 from tbhub.db import transaction
-from tbhub.deps import AppContext, OptionalUser
-from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, TbhubError
+from tbhub.deps import AppContext, OptionalUser, get_optional_user
+from tbhub.errors import AmbiguousSession, Forbidden, InvalidInput, NotAuthenticated, TbhubError
 from tbhub.models import User
 from tbhub.templating import render
 
@@ -85,6 +86,26 @@ def page(
         response.set_cookie(app.cookies.csrf, nonce, httponly=True, samesite="strict",
                             secure=secure)  # fmt: skip
     return response
+
+
+def header_user(request: Request) -> User | None:
+    """The signed-in user for a page rendered outside a route (an error page): the cookie is
+    checked first, so only a signed-in browser costs one read by primary key; None when
+    there is no current session or the database cannot answer."""
+    app: AppContext = request.app.state.context
+    try:
+        with app.factory() as session:
+            user = get_optional_user(request, app, session)
+            if user is not None:
+                session.expunge(user)
+            return user
+    except (AmbiguousSession, SQLAlchemyError):
+        return None
+
+
+def error_page(request: Request, status: int, context: dict[str, Any]) -> Response:
+    """An error page that keeps the signed-in header (http_errors.py calls it)."""
+    return page(request, "error.html", context, user=header_user(request), status_code=status)
 
 
 def check_form_token(request: Request, token: str, what: str) -> None:

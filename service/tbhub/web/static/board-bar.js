@@ -1,0 +1,102 @@
+// tbhub's bar on a board page, added by nginx like heartbeat.js (nginx/tbhub.conf.j2): the
+// project's name, the way back to tbhub's projects and sign-out, as JupyterHub's control
+// panel sits on a user's server. A share link's guest sees "shared view", no way into tbhub's
+// pages and no sign-out.
+// A project without runs gets a panel saying where to write them, instead of TensorBoard's
+// "no dashboards" text; it reloads the page once the first run has files.
+// Everything is built with textContent: no name ever goes through innerHTML.
+(function () {
+  "use strict";
+  var script = document.currentScript;
+  var project = script && script.dataset.project;
+  if (!project) return;
+  var url = "/api/v1/boards/" + encodeURIComponent(project) + "/bar";
+  var EMPTY_POLL_MS = 5000;
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (name) { node.setAttribute(name, attrs[name]); });
+    (children || []).forEach(function (child) {
+      node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+    });
+    return node;
+  }
+
+  // A share link's cookie is sent to this board's path only, so its guest is not known to
+  // tbhub's API (401): the page itself was let in, so the reader is such a guest.
+  var GUEST = { project: project, user: null, shared: true, runs: null };
+
+  function load() {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        if (r.status === 401) return GUEST;
+        return r.ok ? r.json() : Promise.reject(r.status);
+      });
+  }
+
+  function signOut(info) {
+    // On tbhub's own origin the form posts at once, with this session's CSRF token; on a
+    // board's own origin tbhub's session lives elsewhere: its sign-out page asks there.
+    var sameOrigin = new URL(info.home).origin === window.location.origin;
+    if (sameOrigin && info.csrf_token) {
+      return el("form", { method: "post", action: "/auth/logout", class: "tbhub-bar-signout" }, [
+        el("input", { type: "hidden", name: "csrf_token", value: info.csrf_token }),
+        el("button", { type: "submit" }, ["Sign out"]),
+      ]);
+    }
+    return el("a", { href: info.home + "/auth/logout" }, ["Sign out"]);
+  }
+
+  function bar(info) {
+    var who = info.shared
+      ? [el("span", { class: "tbhub-bar-badge" }, ["Shared view (read-only)"])]
+      : [el("span", { class: "tbhub-bar-user" }, [info.user]), signOut(info)];
+    var parts = [el("span", { class: "tbhub-bar-brand" }, ["tbhub"])];
+    if (!info.shared) parts.push(el("a", { href: info.home + "/" }, ["\u2190 Projects"]));
+    parts.push(
+      el("span", { class: "tbhub-bar-project" }, [
+        el("span", { class: "tbhub-bar-label" }, ["Project "]),
+        el("strong", {}, [info.project]),
+      ]),
+      el("span", { class: "tbhub-bar-who" }, who)
+    );
+    return el("nav", { id: "tbhub-bar", "aria-label": "tbhub" }, parts);
+  }
+
+  function emptyPanel(info) {
+    var parts = [el("h1", { id: "tbhub-empty-title" }, ["No runs in " + info.project + " yet"])];
+    if (info.logdir) {
+      parts.push(
+        el("p", {}, ["Write TensorBoard event files into a directory per run under this " +
+                     "project's directory on the shared storage:"]),
+        el("pre", {}, [el("code", { "data-tbhub": "logdir" }, [info.logdir + "/<run>/"])]),
+        el("p", {}, ["or let tbhub register the run and give your job its log directory " +
+                     "(in $TBHUB_LOGDIR):"]),
+        el("pre", {}, [el("code", { "data-tbhub": "run-command" }, [info.run_command])])
+      );
+    }
+    parts.push(el("p", { class: "tbhub-empty-hint" },
+                  ["This page shows the board as soon as the first run has written a file."]));
+    return el("section", { id: "tbhub-empty", "aria-labelledby": "tbhub-empty-title" }, parts);
+  }
+
+  function watchForRuns() {
+    var timer = setInterval(function () {
+      if (document.visibilityState !== "visible") return;
+      load().then(function (info) {
+        if (info.runs > 0) { clearInterval(timer); window.location.reload(); }
+      }).catch(function () {});
+    }, EMPTY_POLL_MS);
+  }
+
+  function show(info) {
+    document.documentElement.classList.add("tbhub-bar-on");
+    document.body.insertBefore(bar(info), document.body.firstChild);
+    if (info.runs === 0) {
+      document.body.insertBefore(emptyPanel(info), document.getElementById("tbhub-bar").nextSibling);
+      watchForRuns();
+    }
+  }
+
+  load().then(show).catch(function () { /* no bar: the board itself still works */ });
+})();
