@@ -55,6 +55,7 @@ def test_every_time_in_the_api_is_iso_8601_utc_with_z(
         "/api/v1/audit": {"at"},
         "/api/v1/projects": {"last_access_at"},
         "/api/v1/projects/vision/board": {"last_access_at"},
+        "/api/v1/boards": {"last_access_at"},
         "/api/v1/projects/vision/trash": {"trashed_at", "purge_after"},
     }
     for path, expected in documents.items():

@@ -15,7 +15,9 @@ from tbhub.jobs import backup
 from tbhub.models import AuditEvent, BackupRun
 from tbhub.settings import Settings
 from tests.jobs.conftest import EVENTS, fill_storage
+from tests.jobs.test_backup import closed_port
 from tests.test_api import seed, sign_in
+from tests.times import assert_one_format
 
 
 def test_owners_read_and_set_their_project_policy(
@@ -116,6 +118,31 @@ def test_metrics_report_the_recovery_point_and_the_last_result(
     text = client.get("/metrics").text
     assert metric(text, "tbhub_backup_last_run_success") == 0
     assert metric(text, "tbhub_backup_last_complete_age_seconds") is not None
+
+
+def test_admins_read_the_backups_snapshots_last_run_and_recovery_point(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings, tmp_path: Path
+) -> None:
+    seed(factory, settings)
+    sign_in(client, "root")
+    assert client.get("/api/v1/backups").json() == {
+        "target": None, "snapshots": [], "listing_error": None, "last_run": None,
+        "last_complete": None, "recovery_point_age_seconds": None}  # fmt: skip
+    fill_storage(settings, runs=1)
+    settings.backup_target = str(tmp_path / "backup")
+    report = backup.run_backup(factory, settings, actor="t")
+    body = client.get("/api/v1/backups").json()
+    assert body["snapshots"] == [{"name": report.snapshot, "state": "complete"}]
+    assert body["last_run"]["state"] == "complete" and body["last_run"]["actor"] == "t"
+    assert body["last_run"]["snapshot"] == body["last_complete"]["snapshot"] == report.snapshot
+    assert 0 <= body["recovery_point_age_seconds"] < 60
+    assert_one_format(body, {"started_at", "finished_at"})
+    # A target that cannot be reached is said, not a 500 (nor a page that hangs).
+    settings.backup_target = "nobody@127.0.0.1:/nonexistent"
+    settings.backup_ssh_command = f"ssh -p {closed_port()} -o BatchMode=yes -o ConnectTimeout=2"
+    broken = client.get("/api/v1/backups")
+    assert broken.status_code == 200 and broken.json()["listing_error"]
+    assert broken.json()["last_run"]["snapshot"] == report.snapshot
 
 
 def test_pinning_a_run_that_is_not_there_is_refused_naming_similar_runs(

@@ -313,10 +313,11 @@ def prune(target: Target, settings: Settings) -> list[str]:
     return gone
 
 
-def list_snapshots(settings: Settings) -> list[dict[str, str]]:
+def list_snapshots(settings: Settings, *, timeout: float = 3600) -> list[dict[str, str]]:
+    """Complete and partial snapshots on the target, oldest first; reads only (a target
+    directory that does not exist yet holds none)."""
     target = configured_target(settings)
-    target.ensure_root()
-    complete, partial = classify(target.entries())
+    complete, partial = classify(target.entries(timeout=timeout))
     rows = [{"name": n, "state": "complete"} for n in complete]
     rows += [{"name": n, "state": "partial"} for n in partial]
     return sorted(rows, key=lambda r: r["name"])
@@ -455,6 +456,10 @@ def run_summary(run: BackupRun | None) -> dict[str, Any] | None:
             "attempts": run.attempts, "actor": run.actor, "error": run.error}  # fmt: skip
 
 
+# A page that lists the snapshots waits at most this long for a remote target.
+STATUS_LISTING_SECONDS = 10.0
+
+
 def backup_status(session: Session, settings: Settings, *, now: float) -> dict[str, Any]:
     """The admin console's and `GET /api/v1/backups`' view: the target, its snapshots (or
     why they could not be listed), the last run, the last complete one, the recovery point."""
@@ -463,7 +468,7 @@ def backup_status(session: Session, settings: Settings, *, now: float) -> dict[s
     listing_error = None
     if settings.backup_target:
         try:
-            snapshots = list_snapshots(settings)
+            snapshots = list_snapshots(settings, timeout=STATUS_LISTING_SECONDS)
         except TbhubError as exc:
             listing_error = exc.message
     return {

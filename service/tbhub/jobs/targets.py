@@ -112,8 +112,13 @@ class Target:
         out = self.sh(script, self.root, relative, *snapshots)
         return [n for n in out.decode(errors="surrogateescape").split("\0") if n]
 
-    def entries(self) -> list[str]:
-        out = self.sh('cd -- "$1" && find . -mindepth 1 -maxdepth 1 -printf "%P\\0"', self.root)
+    def entries(self, timeout: float = 3600) -> list[str]:
+        """The names in the snapshot directory (none while it does not exist yet)."""
+        script = (
+            'if [ ! -d "$1" ]; then exit 0; fi; '
+            'cd -- "$1" && find . -mindepth 1 -maxdepth 1 -printf "%P\\0"'
+        )
+        out = self.sh(script, self.root, timeout=timeout)
         return [n for n in out.decode(errors="surrogateescape").split("\0") if n]
 
     def rename(self, old: str, new: str) -> None:
