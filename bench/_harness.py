@@ -408,6 +408,17 @@ def postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
+@contextlib.contextmanager
+def database_url(kind: str) -> Iterator[str]:
+    """A new, empty database of `kind` (postgresql or sqlite), gone afterwards."""
+    if kind == "postgresql":
+        with postgres_database() as url:
+            yield url
+    else:
+        with temp_dir("tbhub-bench-sqlite-") as db_dir:
+            yield f"sqlite:///{db_dir / 'tbhub.sqlite3'}"
+
+
 # -- bare TensorBoard -------------------------------------------------------------------------
 
 
@@ -432,6 +443,12 @@ def log(message: str) -> None:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The value below which a share `q` of `values` lies (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def emit_json(data: dict[str, Any], stream: IO[str] = sys.stdout) -> None:

@@ -23,7 +23,17 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import PROJECT, USER, Tbhub, emit_json, log, median, postgres_database, temp_dir
+from _harness import (
+    PROJECT,
+    USER,
+    Tbhub,
+    database_url,
+    emit_json,
+    log,
+    median,
+    percentile,
+    temp_dir,
+)
 
 
 async def one_round(base_url: str, token: str, *, clients: int, requests: int, tag: str
@@ -53,11 +63,6 @@ async def one_round(base_url: str, token: str, *, clients: int, requests: int, t
         started = time.perf_counter()
         await asyncio.gather(*(worker(i) for i in range(clients)))
         return time.perf_counter() - started, latencies, errors
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, object]:
@@ -113,12 +118,8 @@ def main() -> None:
     for database in args.databases.split(","):
         log(f"{database}: {args.rounds} rounds of {args.requests} registrations, "
             f"{args.clients} clients")  # fmt: skip
-        if database == "postgresql":
-            with postgres_database() as url:
-                results.append(measure(database, url, args))
-        else:
-            with temp_dir("tbhub-bench-sqlite-") as db_dir:
-                results.append(measure(database, f"sqlite:///{db_dir / 'tbhub.sqlite3'}", args))
+        with database_url(database) as url:
+            results.append(measure(database, url, args))
     emit_json({"benchmark": "run_registration", "results": results,
                "target": {"postgresql_per_second": 300, "p99_ms": 100}})  # fmt: skip
 

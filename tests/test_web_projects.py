@@ -152,7 +152,7 @@ def test_only_admins_see_and_use_create_project_by_default(
     assert "Create a project" in client.get("/", headers=HTML).text
     made = _create_form(client, "roots")
     assert made.status_code == 303  # type: ignore[attr-defined]
-    assert made.headers["location"] == "/?q=roots&notice=project_created"  # type: ignore[attr-defined]
+    assert made.headers["location"] == "/projects/roots?notice=project_created"  # type: ignore[attr-defined]
     assert (settings.storage / "roots").is_dir()
     with factory() as session:
         names = set(session.scalars(select(Project.name)))

@@ -34,6 +34,7 @@ from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
 from tbhub.models import User
 from tbhub.settings import Settings
+from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.supervisor.metrics import SupervisorMetrics
 
@@ -53,6 +54,7 @@ class AppContext:
     shares: ShareLinkCache
     tokens: TokenCache
     usage: ProjectUsage  # bytes per project, for upload quotas
+    scalars: ScalarCache  # runs' scalar curves read so far, for sparklines
     board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)

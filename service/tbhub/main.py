@@ -45,13 +45,16 @@ from tbhub.db import make_engine, make_session_factory
 from tbhub.deps import AppContext
 from tbhub.http_errors import install_error_handlers
 from tbhub.security_headers import SecurityHeaders
+from tbhub.server_timing import ServerTiming
 from tbhub.settings import Settings
+from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import admin as admin_pages
 from tbhub.web import board_origin, oidc, pages, render, share
 from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
 from tbhub.web import retention as retention_pages
+from tbhub.web import runs as run_pages
 from tbhub.web import share_links as share_link_pages
 from tbhub.web import tokens as token_pages
 
@@ -78,6 +81,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
         usage=ProjectUsage(settings.storage),
+        scalars=ScalarCache(settings.storage),
     )
 
 
@@ -165,6 +169,7 @@ def create_app(
     for settings_pages in (member_pages, token_pages, share_link_pages, retention_pages):
         app.include_router(settings_pages.router)
     app.include_router(admin_pages.router)
+    app.include_router(run_pages.router)
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)
@@ -180,4 +185,5 @@ def create_app(
         session_cookie=context.cookies.session,
     )
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(ServerTiming)
     return app

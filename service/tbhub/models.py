@@ -21,7 +21,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false
 
 from tbhub.bounds import AUDIT_TARGET_MAX
@@ -408,6 +408,8 @@ class Run(Base):
     __table_args__ = (
         UniqueConstraint("project_id", "path"),
         Index("ix_runs_project_created", "project_id", "created_at"),
+        # The project page: a project's present runs, newest first, and their count.
+        Index("ix_runs_project_present", "project_id", "retention_state", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -443,6 +445,9 @@ class Run(Base):
     tag_rows: Mapped[list[RunTag]] = relationship(
         cascade="all, delete-orphan", order_by="RunTag.tag", lazy="selectin"
     )
+    events: WriteOnlyMapped[RunEvent] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="RunEvent.id"
+    )
 
     @property
     def tags(self) -> list[str]:
@@ -454,3 +459,18 @@ class RunTag(Base):
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     tag: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+class RunEvent(Base):
+    """A run's history: each status it took (`status`) and each move retention made
+    (`retention`: trashed, archived, present again, purged), with who and when."""
+
+    __tablename__ = "run_events"
+    __table_args__ = (Index("ix_run_events_run", "run_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16))  # status | retention
+    value: Mapped[str] = mapped_column(String(16))  # a RunStatus or RetentionState value
+    actor: Mapped[str] = mapped_column(String(64))

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub import audit
 from tbhub.db import transaction
 from tbhub.errors import InvalidInput, NotFound
-from tbhub.models import Project, RetentionState, Run, RunSource, RunStatus, RunTag
+from tbhub.models import Project, RetentionState, Run, RunEvent, RunSource, RunStatus, RunTag
 from tbhub.storage.paths import inside_root, project_dir
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+,@-]{0,99}")
@@ -189,6 +189,7 @@ def register_run(
                     finished_at=now if fields.status in TERMINAL else None,
                     tag_rows=[RunTag(tag=t) for t in tags],
                 )
+                note_event(run, "status", fields.status.value, actor=actor, at=now)
                 session.add(run)
                 session.flush()
                 audit.record(
@@ -270,6 +271,50 @@ def list_runs(
     return rows, (rows[-1].id if more and rows else None)
 
 
+# The orders the project page offers, by the name its URL uses.
+SORTS = {
+    "created": Run.id,
+    "name": Run.name,
+    "status": Run.status,
+    "last_write": Run.last_write,
+    "size": Run.bytes,
+}
+
+
+def page_runs(
+    session: Session,
+    *,
+    project_id: int,
+    flt: RunFilter,
+    sort: str = "created",
+    descending: bool = True,
+    offset: int = 0,
+    limit: int = 50,
+) -> tuple[list[Run], int]:
+    """One page of the runs `flt` matches in the order asked for (runs without a value
+    last), and how many match in all: the project page's table. The filter is the API's."""
+    query = run_query(project_id, flt)
+    total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
+    column = SORTS[sort]
+    first = column.desc() if descending else column.asc()
+    then = Run.id.desc() if descending else Run.id.asc()
+    order = [then] if column is Run.id else [first.nulls_last(), then]
+    rows = session.scalars(query.order_by(*order).offset(offset).limit(limit))
+    return list(rows), int(total or 0)
+
+
+def note_event(run: Run, kind: str, value: str, *, actor: str, at: datetime | None = None) -> None:
+    """Add to a run's history (the run page's "status history"), in the caller's transaction."""
+    run.events.add(RunEvent(kind=kind, value=value, actor=actor, at=at or datetime.now(UTC)))
+
+
+def run_history(session: Session, *, run: Run, limit: int = 200) -> list[RunEvent]:
+    """The run's newest events first, at most `limit`."""
+    query = select(RunEvent).where(RunEvent.run_id == run.id)
+    query = query.order_by(RunEvent.id.desc()).limit(limit)
+    return list(session.scalars(query))
+
+
 def update_run(
     session: Session,
     *,
@@ -287,6 +332,8 @@ def update_run(
         if status == RunStatus.discovered:
             raise InvalidInput("status 'discovered' is tbhub's own; use running, finished, "
                                "failed or killed")  # fmt: skip
+        if status != run.status:
+            note_event(run, "status", status.value, actor=actor, at=now)
         run.status = status
         run.finished_at = now if status in TERMINAL else None
     if metrics is not None:
@@ -314,7 +361,13 @@ def update_run(
 
 
 def mark_retention(
-    session: Session, *, project: str, run_path: str, journal_state: str, trash_id: int
+    session: Session,
+    *,
+    project: str,
+    run_path: str,
+    journal_state: str,
+    trash_id: int,
+    actor: str = "retention",
 ) -> None:
     """Keep the registry true when retention, `trash restore` or purge move a directory: the
     runs at `run_path` or below it take the new state."""
@@ -331,6 +384,8 @@ def mark_retention(
             or_(Run.path == run_path, Run.path.like(below, escape="\\")),
         )
     ):
+        if run.retention_state != state:
+            note_event(run, "retention", state.value, actor=actor)
         run.retention_state = state
         run.trash_entry_id = None if state == RetentionState.present else trash_id
         run.updated_at = datetime.now(UTC)
@@ -346,6 +401,7 @@ def mark_present_again(session: Session, *, storage_root: Path, project: str | N
     count = 0
     for run, name in session.execute(query):
         if os.path.isdir(storage_root / name / run.path):
+            note_event(run, "retention", RetentionState.present.value, actor="backup restore")
             run.retention_state = RetentionState.present
             run.trash_entry_id = None
             count += 1

@@ -105,6 +105,7 @@ def settle(
             run_path=entry.run_path,
             journal_state=state,
             trash_id=entry.id,
+            actor=actor,
         )
         audit.record(
             session,

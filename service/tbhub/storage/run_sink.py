@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.db import transaction
 from tbhub.jobs.scan import RunInfo
 from tbhub.models import Project, Run, RunSource, RunStatus
+from tbhub.runs import note_event
 from tbhub.storage.watcher import ProjectChanges
 
 log = logging.getLogger("tbhub.watcher")
@@ -79,6 +80,7 @@ class DatabaseRunSink:
                     created_by=ACTOR,
                     first_write=last_write,
                 )
+                note_event(run, "status", RunStatus.discovered.value, actor=ACTOR)
                 session.add(run)
                 log.info("discovered run %s/%s", project, info.path)
             run.bytes, run.files = info.bytes, info.files

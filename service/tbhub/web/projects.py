@@ -81,4 +81,4 @@ def create(
     except (InvalidInput, AlreadyExists) as exc:
         return projects_page(request, context, session, user, new_name=name,
                              create_error=exc.message, status_code=exc.http_status)  # fmt: skip
-    return done(f"/?q={name}", "project_created")
+    return done(f"/projects/{name}", "project_created")

@@ -1,0 +1,268 @@
+"""A project's page (`/projects/<p>`): its runs table with filters, sorting and paging (the
+API's filter, runs.RunFilter), a sparkline per run, pin/unpin, and runs to select for
+`/compare`; a run's page (`/projects/<p>/runs/<id>`): lineage, status history, files, and
+links into the board filtered to the run."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tbhub.auth.caller import ProjectAccess, require_project
+from tbhub.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKEN_MAX, URL_PATH_MAX
+from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
+from tbhub.errors import InvalidInput
+from tbhub.jobs import retention
+from tbhub.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
+from tbhub.overview import board_detail, board_state, run_state
+from tbhub.runs import SORTS, RunFilter, get_run, page_runs, run_history
+from tbhub.sparkline import sparkline_svg
+from tbhub.storage.run_files import RunFile, list_run_files
+from tbhub.storage.scalars import pick_curve
+from tbhub.supervisor.plan import board_prefix
+from tbhub.web.pages import safe_next
+from tbhub.web.render import WebUser, caller_of, check_form_token, done, page
+
+router = APIRouter(include_in_schema=False)
+
+PER_PAGE = 50
+KEY_COLUMNS = 3  # hyperparameters and summary metrics shown as columns (the most common)
+RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
+Sort = Literal["created", "name", "status", "last_write", "size"]
+Order = Literal["asc", "desc"]
+# TensorBoard's run filters are JavaScript regexes: these characters need a backslash.
+REGEX_SPECIAL = re.compile(r"([\\^$.*+?()[\]{}|/])")
+
+
+def board_filter_links(project: str, run_path: str) -> dict[str, str]:
+    """Links into the project's board showing only this run (and the runs below it, e.g.
+    train/ and validation/): TensorBoard's time series dashboard reads the `runFilter`
+    query parameter, the older scalars dashboard `regexInput` in the URL's fragment."""
+    regex = "^" + REGEX_SPECIAL.sub(r"\\\1", run_path) + "(/|$)"
+    base = board_prefix(project) + "/"
+    return {
+        "timeseries": f"{base}?{urlencode({'runFilter': regex})}#timeseries",
+        "scalars": f"{base}#scalars&regexInput={quote(regex, safe='')}",
+    }
+
+
+@dataclass(frozen=True)
+class TableQuery:
+    """The project page's filters, order and page, as its URL carries them."""
+
+    project: str
+    status: str = ""
+    tag: str = ""
+    group: str = ""
+    q: str = ""
+    sort: str = "created"
+    order: str = "desc"
+    page: int = 1
+
+    def filter(self) -> RunFilter:
+        status = None
+        if self.status:
+            try:
+                status = [RunStatus(self.status)]
+            except ValueError:
+                known = ", ".join(s.value for s in RunStatus)
+                raise InvalidInput(f"status {self.status!r} is not one of: {known}") from None
+        return RunFilter(status=status, tag=self.tag or None, group=self.group or None,
+                         text=self.q or None)  # fmt: skip
+
+    def link(self, **changes: Any) -> str:
+        """This page's URL with some values changed; a new filter or order starts at page 1."""
+        if "page" not in changes:
+            changes["page"] = 1
+        wanted = replace(self, **changes)
+        defaults = TableQuery(self.project)
+        params = {
+            key: getattr(wanted, key)
+            for key in ("status", "tag", "group", "q", "sort", "order", "page")
+            if getattr(wanted, key) != getattr(defaults, key)
+        }
+        path = f"/projects/{quote(self.project)}"
+        return f"{path}?{urlencode(params)}" if params else path
+
+    def sort_link(self, column: str) -> str:
+        """A column header's link: by that column, flipping the order when it is the current."""
+        if column == self.sort:
+            return self.link(sort=column, order="asc" if self.order == "desc" else "desc")
+        return self.link(sort=column, order="asc" if column in ("name", "status") else "desc")
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.status or self.tag or self.group or self.q)
+
+
+def _common_keys(dicts: list[dict[str, Any]]) -> list[str]:
+    counts = Counter(key for d in dicts for key in d)
+    return [key for key, _ in counts.most_common(KEY_COLUMNS)]
+
+
+def _viewer(
+    context: AppContext, user: User, project: str, need: Role = Role.viewer
+) -> ProjectAccess:
+    return require_project(context.access, caller_of(user), project, need)
+
+
+def _board(session: Session, access: ProjectAccess) -> dict[str, Any]:
+    board = session.get(Board, access.project_id)
+    return {"state": board_state(board), "detail": board_detail(board)}
+
+
+def _distinct(session: Session, column: Any, project_id: int, limit: int = 200) -> list[str]:
+    query = select(column).distinct().where(Run.project_id == project_id, column.is_not(None))
+    if column is RunTag.tag:
+        query = query.join(Run, Run.id == RunTag.run_id)
+    return sorted(v for v in session.scalars(query.limit(limit)) if v)
+
+
+@router.get("/projects/{project}")
+def project_page(
+    request: Request,
+    project: ProjectInPath,
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+    status: Annotated[str, Query(max_length=16)] = "",
+    tag: Annotated[str, Query(max_length=TAG_MAX)] = "",
+    group: Annotated[str, Query(max_length=RUN_GROUP_MAX)] = "",
+    q: Annotated[str, Query(max_length=200)] = "",
+    sort: Sort = "created",
+    order: Order = "desc",
+    page_number: Annotated[int, Query(alias="page", ge=1, le=INT32_MAX)] = 1,
+) -> Response:
+    access = _viewer(context, user, project)
+    table = TableQuery(project, status, tag.strip(), group.strip(), q.strip(), sort, order,
+                       page_number)  # fmt: skip
+    runs, total = page_runs(session, project_id=access.project_id, flt=table.filter(),
+                            sort=table.sort, descending=table.order == "desc",
+                            offset=(table.page - 1) * PER_PAGE, limit=PER_PAGE)  # fmt: skip
+    pinned = set(session.scalars(select(PinnedRun.run_path).where(
+        PinnedRun.project_id == access.project_id,
+        PinnedRun.run_path.in_([run.path for run in runs]),
+    ))) if runs else set()  # fmt: skip
+    now = datetime.now(UTC)
+    stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
+    live = f"/api/v1/projects/{quote(project)}/state?" + urlencode([("run", r.id) for r in runs])
+    values = {
+        "project": project,
+        "role": access.role,
+        "can_edit": access.role.rank >= Role.editor.rank,
+        "board": _board(session, access),
+        "runs": [
+            (run, run_state(run, now=now, stalled_after=stalled_after), run.path in pinned)
+            for run in runs
+        ],
+        "total": total,
+        "pages": max(1, -(-total // PER_PAGE)),
+        "table": table,
+        "statuses": [s.value for s in RunStatus],
+        "sorts": list(SORTS),
+        "hparam_keys": _common_keys([run.hparams for run in runs]),
+        "metric_keys": _common_keys([run.metrics for run in runs]),
+        "groups": _distinct(session, Run.group, access.project_id),
+        "tags": _distinct(session, RunTag.tag, access.project_id),
+        "live_url": live,
+        "back": table.link(page=table.page),
+    }
+    return page(request, "project.html", values, user=user)
+
+
+@router.get("/projects/{project}/runs/{run_id}")
+def run_page(
+    request: Request,
+    project: ProjectInPath,
+    run_id: RunId,
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+) -> Response:
+    access = _viewer(context, user, project)
+    run = get_run(session, project_id=access.project_id, run_id=run_id)
+    pin = select(PinnedRun.id).where(
+        PinnedRun.project_id == access.project_id, PinnedRun.run_path == run.path
+    )
+    files: list[RunFile] = []
+    more = False
+    if run.retention_state == RetentionState.present:
+        files, more = list_run_files(context.settings.storage, project, run.path)
+    now = datetime.now(UTC)
+    stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
+    values = {
+        "project": project,
+        "run": run,
+        "state": run_state(run, now=now, stalled_after=stalled_after),
+        "pinned": session.scalar(pin) is not None,
+        "can_edit": access.role.rank >= Role.editor.rank,
+        "history": run_history(session, run=run),
+        "files": files,
+        "more_files": more,
+        "board": _board(session, access),
+        "board_links": board_filter_links(project, run.path),
+        "live_url": f"/api/v1/projects/{quote(project)}/state?run={run.id}",
+        "back": f"/projects/{quote(project)}/runs/{run.id}",
+    }
+    return page(request, "run.html", values, user=user)
+
+
+@router.get("/projects/{project}/runs/{run_id}/sparkline.svg")
+def sparkline(
+    project: ProjectInPath, run_id: RunId, user: WebUser, session: SessionDep, context: ContextDep
+) -> Response:
+    """The run's loss (or first scalar) as a small SVG, from its own event files, read on
+    from where the last request stopped (storage/scalars.py)."""
+    access = _viewer(context, user, project)
+    run = get_run(session, project_id=access.project_id, run_id=run_id)
+    curves = {}
+    if run.retention_state == RetentionState.present:
+        curves = context.scalars.curves(project, run.path)
+    name = pick_curve(curves)
+    svg = sparkline_svg(curves.get(name, []) if name else [], name=name)
+    return Response(svg, media_type="image/svg+xml",
+                    headers={"Cache-Control": "private, max-age=10"})  # fmt: skip
+
+
+def _back(project: str, next_path: str) -> str:
+    """Back to where the form was (its filters and page), if that is this project's page."""
+    target = safe_next(next_path)
+    own = f"/projects/{quote(project)}"
+    return target if target == own or target.startswith((own + "?", own + "/")) else own
+
+
+PinForm = Annotated[str, Form(max_length=TOKEN_MAX)]
+NextForm = Annotated[str, Form(max_length=URL_PATH_MAX)]
+
+
+@router.post("/projects/{project}/runs/{run_id}/{action}")
+def pin_or_unpin(
+    request: Request,
+    project: ProjectInPath,
+    run_id: RunId,
+    action: Literal["pin", "unpin"],
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+    csrf_token: PinForm = "",
+    next: NextForm = "",
+) -> Response:
+    """Pin a run (retention never removes it) or unpin it: the same pins as the API's."""
+    check_form_token(request, csrf_token, action)
+    access = _viewer(context, user, project, Role.editor)
+    run = get_run(session, project_id=access.project_id, run_id=run_id)
+    if action == "pin":
+        retention.pin_run(session, context.settings, project=project, run_path=run.path,
+                          actor=user.name)  # fmt: skip
+    else:
+        retention.unpin_run(session, project=project, run_path=run.path, actor=user.name)
+    return done(_back(project, next), f"run_{action}ned")
