@@ -413,6 +413,16 @@ def test_a_project_with_a_link_out_of_it_gets_no_board_and_its_board_is_killed()
     assert describe(plan(desired, [], now=NOW, policy=HEAL)) == [], "and none starts"
 
 
+def test_a_refused_board_is_killed_none_starts_and_the_reason_is_its_error() -> None:
+    desired = want(refusal="runs cannot be hard-linked into the compare root")
+    result = plan(desired, [board("old")], now=NOW, policy=HEAL, health={"old": seen()})
+    assert describe(result) == ["kill old"]
+    observed = result.observed["p"]
+    assert observed.state == "failed" and observed.upstream is None
+    assert observed.error == "not serving p: runs cannot be hard-linked into the compare root"
+    assert describe(plan(desired, [], now=NOW, policy=HEAL)) == [], "and none starts"
+
+
 def test_a_board_a_fast_pass_did_not_probe_keeps_its_counts() -> None:
     unprobed = replace(board("old", ready=False), probed=False)
     result = plan(want(), [unprobed], now=NOW, policy=HEAL, health={"old": seen(probe_failures=2)})

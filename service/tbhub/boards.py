@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Generic, Literal, TypeVar
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute, Session, sessionmaker
 
 from tbhub.db import transaction
-from tbhub.models import Board, BoardSettings, DesiredState, ObservedState
+from tbhub.models import (
+    Board,
+    BoardSettings,
+    BoardState,
+    CompareBoard,
+    DesiredState,
+    ObservedState,
+)
 
 # The hook's board snapshot is at most this old (BoardDirectory's ttl).
 SNAPSHOT_TTL = 1.0
@@ -30,9 +38,42 @@ def upstream_hold_seconds(auth_cache_seconds: float) -> float:
     return SNAPSHOT_TTL + auth_cache_seconds + 1.0
 
 
+BoardKind = Literal["project", "compare"]
+
+
+@dataclass(frozen=True, order=True)
+class BoardRef:
+    """Which board row: a project's board (`boards`, by project id) or a compare board
+    (`compare_boards`, by its id)."""
+
+    kind: BoardKind
+    id: int
+
+    @classmethod
+    def of_project(cls, project_id: int) -> BoardRef:
+        return cls("project", project_id)
+
+    @classmethod
+    def of_compare(cls, compare_id: int) -> BoardRef:
+        return cls("compare", compare_id)
+
+
+BoardRow = Board | CompareBoard
+# Each kind of board row: its table and the column that holds the id a BoardRef names.
+BOARD_TABLES: dict[BoardKind, tuple[type[BoardRow], InstrumentedAttribute[int]]] = {
+    "project": (Board, Board.project_id),
+    "compare": (CompareBoard, CompareBoard.id),
+}
+
+
+def board_row(session: Session, board: BoardRef) -> BoardRow | None:
+    if board.kind == "project":
+        return session.get(Board, board.id)
+    return session.get(CompareBoard, board.id)
+
+
 @dataclass(frozen=True)
 class BoardView:
-    project_id: int
     desired: DesiredState
     observed: ObservedState
     upstream: str | None
@@ -65,34 +106,37 @@ class BoardDirectory:
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._views: dict[int, BoardView] = {}
+        self._views: dict[BoardRef, BoardView] = {}
         self._loaded_at = float("-inf")
 
-    def get(self, project_id: int) -> BoardView | None:
+    def get(self, board: BoardRef) -> BoardView | None:
         with self._lock:
             if self._clock() - self._loaded_at > self._ttl:
                 self._reload()
-            return self._views.get(project_id)
+            return self._views.get(board)
 
     def _reload(self) -> None:
+        views: dict[BoardRef, BoardView] = {}
         with self._factory() as session:
-            rows = session.execute(
-                select(
-                    Board.project_id,
-                    Board.desired_state,
-                    Board.observed_state,
-                    Board.upstream,
-                    Board.failures,
-                    Board.status_note,
-                    Board.swapping,
-                )
-            ).all()
-        self._views = {row[0]: BoardView(*row) for row in rows}
+            for kind, (model, key) in BOARD_TABLES.items():
+                rows = session.execute(
+                    select(
+                        key,
+                        model.desired_state,
+                        model.observed_state,
+                        model.upstream,
+                        model.failures,
+                        model.status_note,
+                        model.swapping,
+                    )
+                ).all()
+                views.update({BoardRef(kind, row[0]): BoardView(*row[1:]) for row in rows})
+        self._views = views
         self._loaded_at = self._clock()
 
-    def want_running(self, project_id: int) -> bool:
+    def want_running(self, board: BoardRef) -> bool:
         """Record that someone waits for this board. True if that changed the desired state."""
-        view = self.get(project_id)
+        view = self.get(board)
         if view is not None and view.desired == DesiredState.running:
             # Someone waits: read the board again on the next request, so that the switch
             # to a ready board is not held back by the snapshot's age.
@@ -100,42 +144,49 @@ class BoardDirectory:
                 self._loaded_at = float("-inf")
             return False
         with transaction(self._factory) as session:
-            changed = request_board(session, project_id=project_id, now=datetime.now(UTC))
+            row = board_row(session, board)
+            changed = row is not None and want_board(row, now=datetime.now(UTC))
         with self._lock:
             self._loaded_at = float("-inf")
         return changed
 
 
-class AccessTracker:
-    """Last access per project, kept in memory and flushed to the database in batches."""
+K = TypeVar("K", bound=Hashable)
+
+
+class AccessTracker(Generic[K]):
+    """Last access per key (a board, a token), kept in memory and flushed in batches."""
 
     def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._pending: dict[int, datetime] = {}
+        self._pending: dict[K, datetime] = {}
 
-    def touch(self, project_id: int) -> None:
+    def touch(self, key: K) -> None:
         now = self._clock()
         with self._lock:
-            self._pending[project_id] = now
+            self._pending[key] = now
 
-    def drain(self) -> dict[int, datetime]:
+    def drain(self) -> dict[K, datetime]:
         with self._lock:
             pending, self._pending = self._pending, {}
         return pending
 
-    def restore(self, pending: dict[int, datetime]) -> None:
+    def restore(self, pending: dict[K, datetime]) -> None:
         """Put back accesses that could not be written, keeping the later of two times."""
         with self._lock:
-            for project_id, at in pending.items():
-                if project_id not in self._pending or self._pending[project_id] < at:
-                    self._pending[project_id] = at
+            for key, at in pending.items():
+                if key not in self._pending or self._pending[key] < at:
+                    self._pending[key] = at
 
 
 def request_board(session: Session, *, project_id: int, now: datetime) -> bool:
     board = session.get(Board, project_id)
-    if board is None:
-        return False
+    return board is not None and want_board(board, now=now)
+
+
+def want_board(board: BoardState, *, now: datetime) -> bool:
+    """Someone waits for this board: it should run. True if that changed the desired state."""
     board.last_access_at = now
     if board.desired_state == DesiredState.running:
         return False
@@ -145,28 +196,32 @@ def request_board(session: Session, *, project_id: int, now: datetime) -> bool:
     return True
 
 
-def flush_access(session: Session, accesses: dict[int, datetime]) -> None:
-    for project_id, at in accesses.items():
+def flush_access(session: Session, accesses: dict[BoardRef, datetime]) -> None:
+    for board, at in accesses.items():
+        model, key = BOARD_TABLES[board.kind]
         session.execute(
-            update(Board)
-            .where(Board.project_id == project_id)
-            .where((Board.last_access_at.is_(None)) | (Board.last_access_at < at))
+            update(model)
+            .where(key == board.id)
+            .where((model.last_access_at.is_(None)) | (model.last_access_at < at))
             .values(last_access_at=at)
         )
 
 
-def cull_idle_boards(session: Session, *, now: datetime, idle_timeout: float) -> list[int]:
-    """Mark boards nobody has used for `idle_timeout` seconds as not wanted; pinned ones stay."""
+def cull_idle_boards(session: Session, *, now: datetime, idle_timeout: float) -> list[str]:
+    """Mark boards nobody has used for `idle_timeout` seconds as not wanted; pinned ones stay.
+
+    Returns what the audit log names them by: a project's id, a compare board's slug."""
     cutoff = now - timedelta(seconds=idle_timeout)
-    idle = []
     pinned = select(BoardSettings.project_id).where(BoardSettings.pinned.is_(True))
-    running = select(Board).where(
+    projects = select(Board).where(
         Board.desired_state == DesiredState.running, Board.project_id.not_in(pinned)
     )
-    for board in session.scalars(running):
+    compares = select(CompareBoard).where(CompareBoard.desired_state == DesiredState.running)
+    idle = []
+    for board in [*session.scalars(projects), *session.scalars(compares)]:
         last_seen = max(t for t in (board.last_access_at, board.desired_at) if t is not None)
         if last_seen < cutoff:
             board.desired_state = DesiredState.stopped
             board.desired_at = now
-            idle.append(board.project_id)
+            idle.append(str(board.project_id) if isinstance(board, Board) else board.slug)
     return idle

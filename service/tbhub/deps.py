@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
+from tbhub.auth.compare_access import CompareCache
 from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
@@ -28,7 +29,7 @@ from tbhub.auth.sessions import (
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
 from tbhub.auth.tokens import TokenCache
-from tbhub.boards import AccessTracker, BoardDirectory
+from tbhub.boards import AccessTracker, BoardDirectory, BoardRef
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
 from tbhub.db import transaction
 from tbhub.errors import NotAuthenticated
@@ -46,8 +47,9 @@ class AppContext:
     factory: sessionmaker[Session]
     signer: SessionSigner
     access: AccessCache
+    compares: CompareCache  # who may open which compare board
     boards: BoardDirectory
-    tracker: AccessTracker
+    tracker: AccessTracker[BoardRef]
     wake_supervisor: Callable[[], None]
     csrf: CsrfTokens
     cookies: CookieNames

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from tbhub.deps import AppContext
 from tbhub.jobs.runner import JobRunner, start_jobs
 from tbhub.settings import Settings
+from tbhub.storage.compare_view import compare_root
 from tbhub.storage.run_sink import DatabaseRunSink
 from tbhub.storage.watcher import StorageWatcher, choose_mode
 from tbhub.supervisor.backends.base import Backend
@@ -68,6 +69,7 @@ class LeaderDuties:
             backend=backend,
             tracker=context.tracker,
             storage_root=str(settings.storage),
+            compare_root=str(compare_root(settings)),
             idle_timeout=settings.idle_timeout,
             interval=settings.reconcile_interval,
             policy=policy_from_settings(settings),

@@ -19,6 +19,7 @@ from tbhub.api import (
     board_bar,
     board_gate,
     boards,
+    compare,
     csrf,
     health,
     members,
@@ -34,13 +35,14 @@ from tbhub.api import (
 )
 from tbhub.api import openapi as api_docs
 from tbhub.auth.board_origin import BoardOrigins
+from tbhub.auth.compare_access import CompareCache
 from tbhub.auth.csrf import CsrfGuard, CsrfTokens
 from tbhub.auth.oidc import OidcClient, OidcConfig
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import CookieNames, SessionSigner
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.tokens import TokenCache
-from tbhub.boards import AccessTracker, BoardDirectory
+from tbhub.boards import AccessTracker, BoardDirectory, BoardRef
 from tbhub.db import make_engine, make_session_factory
 from tbhub.deps import AppContext
 from tbhub.http_errors import install_error_handlers
@@ -51,6 +53,7 @@ from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import admin as admin_pages
 from tbhub.web import board_origin, oidc, pages, render, share
+from tbhub.web import compare as compare_pages
 from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
 from tbhub.web import retention as retention_pages
@@ -71,8 +74,9 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         factory=factory,
         signer=SessionSigner(settings.secret_key.get_secret_value(), settings.session_max_age),
         access=AccessCache(factory),
+        compares=CompareCache(factory),
         boards=BoardDirectory(factory),
-        tracker=AccessTracker(),
+        tracker=AccessTracker[BoardRef](),
         wake_supervisor=wake,
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
         cookies=CookieNames.for_url(settings.public_url),
@@ -163,6 +167,7 @@ def create_app(
     app.include_router(users.router)
     app.include_router(teams.router)
     app.include_router(boards.router)
+    app.include_router(compare.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(project_pages.router)
@@ -173,6 +178,7 @@ def create_app(
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)
+    app.include_router(compare_pages.router)
     app.include_router(board_origin.router)
     app.mount(
         "/static", StaticFiles(directory=Path(__file__).parent / "web" / "static"), name="static"

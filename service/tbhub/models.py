@@ -190,14 +190,10 @@ class ShareLink(Base):
     note: Mapped[str | None] = mapped_column(String(255))
 
 
-class Board(Base):
-    """One row per project: what should run (desired) and what the supervisor saw (observed)."""
+class BoardState:
+    """What should run (desired) and what the supervisor saw (observed): the columns every
+    board row carries, a project's (`boards`) and a compare board's (`compare_boards`)."""
 
-    __tablename__ = "boards"
-
-    project_id: Mapped[int] = mapped_column(
-        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
-    )
     desired_state: Mapped[DesiredState] = mapped_column(
         Enum(DesiredState, native_enum=False, length=16), default=DesiredState.stopped
     )
@@ -229,6 +225,16 @@ class Board(Base):
     restart_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Restarts so far by reason (RestartReason values -> count).
     restarts: Mapped[dict[str, int] | None] = mapped_column(JSON, default=dict)
+
+
+class Board(BoardState, Base):
+    """One row per project: its board's desired and observed state."""
+
+    __tablename__ = "boards"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
 
     project: Mapped[Project] = relationship(back_populates="board")
 
@@ -474,3 +480,44 @@ class RunEvent(Base):
     kind: Mapped[str] = mapped_column(String(16))  # status | retention
     value: Mapped[str] = mapped_column(String(16))  # a RunStatus or RetentionState value
     actor: Mapped[str] = mapped_column(String(64))
+
+
+# -- compare boards (issue 10) ----------------------------------------------------------------
+
+
+class CompareBoard(BoardState, Base):
+    """A board over runs a user picked, from any projects they can read.
+
+    Its logdir is a view of hard links tbhub keeps outside every project
+    (storage/compare_view.py); whoever opens it must be able to read every one of its runs."""
+
+    __tablename__ = "compare_boards"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # `cmp-` + 12 hex digits: the board's path /boards/<slug>/ (names.COMPARE_SLUG).
+    slug: Mapped[str] = mapped_column(String(16), unique=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    owner: Mapped[User] = relationship()
+    members: Mapped[list[CompareRun]] = relationship(
+        cascade="all, delete-orphan", order_by="CompareRun.position", lazy="selectin"
+    )
+
+
+class CompareRun(Base):
+    """One run of a compare board; a run that is deleted leaves every board it was on."""
+
+    __tablename__ = "compare_runs"
+
+    compare_id: Mapped[int] = mapped_column(
+        ForeignKey("compare_boards.id", ondelete="CASCADE"), primary_key=True
+    )
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    position: Mapped[int] = mapped_column(Integer, default=0)
+
+    run: Mapped[Run] = relationship(lazy="joined")

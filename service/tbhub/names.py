@@ -9,6 +9,8 @@ from tbhub.errors import InvalidInput
 PROJECT_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 TEAM_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+# A compare board's name, also its path /boards/<slug>/: a project slug no project may take.
+COMPARE_SLUG = re.compile(r"cmp-[0-9a-f]{12}")
 
 
 def check_project_name(name: str) -> str:
@@ -18,6 +20,21 @@ def check_project_name(name: str) -> str:
             "dashes, starting with a letter or digit (for example 'vision-2')"
         )
     return name
+
+
+def check_new_project_name(name: str) -> str:
+    """A name for a new project: a slug that is not the shape of a compare board's name."""
+    check_project_name(name)
+    if COMPARE_SLUG.fullmatch(name):
+        raise InvalidInput(
+            f"project name {name!r} has the shape of a compare board's name ('cmp-' and 12 "
+            "hex digits), which tbhub keeps for those; choose another name"
+        )
+    return name
+
+
+def is_compare_slug(name: str) -> bool:
+    return COMPARE_SLUG.fullmatch(name) is not None
 
 
 def check_user_name(name: str) -> str:

@@ -13,7 +13,7 @@ from tbhub.auth.permissions import AccessCache, project_roles
 from tbhub.db import transaction
 from tbhub.errors import AlreadyExists, Forbidden, InvalidInput, NotFound
 from tbhub.models import Board, Membership, Project, Role, User
-from tbhub.names import check_project_name
+from tbhub.names import check_new_project_name
 from tbhub.storage.paths import project_dir
 from tbhub.users import get_user
 
@@ -22,7 +22,7 @@ def create_project(
     session: Session, *, name: str, storage_root: Path, owner: str | None, actor: str
 ) -> Project:
     """Create the row, its board row and `<storage_root>/<name>/` together."""
-    check_project_name(name)
+    check_new_project_name(name)
     if session.scalar(select(Project).where(Project.name == name)) is not None:
         raise AlreadyExists(f"project {name!r} already exists; pick another name")
     owner_user = get_user(session, name=owner) if owner is not None else None

@@ -22,7 +22,7 @@ import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker, flush_access
+from tbhub.boards import AccessTracker, BoardRef, flush_access
 from tbhub.db import transaction
 from tbhub.errors import ConfigError
 from tbhub.leader_lock import DEAD_PEER_SECONDS, LeaderLock, ReplicaRow, notify_wake
@@ -76,7 +76,7 @@ class Replica:
         lock: LeaderLock | None,
         identity: tuple[str, str] = ("", ""),
         factory: sessionmaker[Session],
-        tracker: AccessTracker,
+        tracker: AccessTracker[BoardRef],
         metrics: SupervisorMetrics,
         retry: float = 1.0,
         flush_every: float = 5.0,

@@ -285,6 +285,12 @@ class Settings(BaseSettings):
         description="Where retention moves runs. Defaults to <storage_root>/.tbhub-trash: "
         "outside every project and on the same filesystem, so a move is one rename.",
     )
+    compare_root: Path | None = Field(
+        default=None,
+        description="Where compare boards' logdirs live: views of hard links to the event "
+        "files of the runs compared. Defaults to <storage_root>/.tbhub-compare: outside every "
+        "project and on the storage filesystem, as hard links must be.",
+    )
     trash_grace_days: float = Field(
         default=7.0,
         ge=0,

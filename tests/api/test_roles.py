@@ -42,6 +42,11 @@ MATRIX: dict[str, list[int]] = {
     "list boards":     [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
     "read backups":    [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
     "read storage":    [401, 403, 403, 403, 403, 200, 403, 403, 403, 403, 403],
+    "compare runs":    [401, 404, 201, 201, 201, 201, 201, 201, 201, 201, 404],
+    "list compares":   [401, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200],
+    "read compare":    [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "rename compare":  [401, 404, 403, 200, 403, 200, 403, 200, 403, 403, 404],
+    "delete compare":  [401, 404, 403, 204, 403, 204, 403, 204, 403, 403, 404],
 }  # fmt: skip
 
 Action = Callable[[Team, dict[str, str]], httpx.Response]
@@ -67,6 +72,14 @@ def _trashed_run(team: Team) -> int:
     )
     assert response.status_code == 200, response.text
     return int(response.json()["trash_id"])
+
+
+def _bobs_compare(team: Team) -> str:
+    """A new compare board of bob's over a new run of vision; its slug."""
+    runs = [f"vision/{_new_run(team)}"]
+    response = team.client.post("/api/v1/compare", json={"runs": runs}, headers=team.headers("bob"))
+    assert response.status_code == 201, response.text
+    return str(response.json()["slug"])
 
 
 ACTIONS: dict[str, Action] = {
@@ -128,6 +141,17 @@ ACTIONS: dict[str, Action] = {
     "list boards": lambda t, h: t.client.get("/api/v1/boards", headers=h),
     "read backups": lambda t, h: t.client.get("/api/v1/backups", headers=h),
     "read storage": lambda t, h: t.client.get("/api/v1/storage", headers=h),
+    "compare runs": lambda t, h: t.client.post(
+        "/api/v1/compare", json={"runs": [f"vision/{_new_run(t)}"]}, headers=h
+    ),
+    "list compares": lambda t, h: t.client.get("/api/v1/compare", headers=h),
+    "read compare": lambda t, h: t.client.get(f"/api/v1/compare/{_bobs_compare(t)}", headers=h),
+    "rename compare": lambda t, h: t.client.patch(
+        f"/api/v1/compare/{_bobs_compare(t)}", json={"name": "sweep"}, headers=h
+    ),
+    "delete compare": lambda t, h: t.client.delete(
+        f"/api/v1/compare/{_bobs_compare(t)}", headers=h
+    ),
 }
 
 

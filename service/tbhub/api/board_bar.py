@@ -16,23 +16,31 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tbhub.api.board_gate import Verdict, judge_user, readable_board, viewer_session
+from tbhub.auth.compare_access import board_projects
 from tbhub.auth.csrf import binding_of
+from tbhub.boards import BoardRef
 from tbhub.deps import ContextDep, ProjectInPath, SessionDep
-from tbhub.models import RetentionState, Run, User
+from tbhub.models import CompareRun, RetentionState, Run, User
 from tbhub.storage.paths import project_dir
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])
 
 
-def runs_with_files(session: Session, project_id: int) -> int:
-    """Runs of the project that hold at least one file: what a board can show."""
-    return session.scalar(
-        select(func.count()).select_from(Run).where(
-            Run.project_id == project_id,
-            Run.retention_state == RetentionState.present,
-            Run.files > 0,
+def runs_with_files(session: Session, board: BoardRef) -> int:
+    """Runs of the board (its project's, or a compare board's) that hold at least one file:
+    what it can show."""
+    query = (
+        select(func.count())
+        .select_from(Run)
+        .where(Run.retention_state == RetentionState.present, Run.files > 0)
+    )
+    if board.kind == "compare":
+        query = query.join(CompareRun, CompareRun.run_id == Run.id).where(
+            CompareRun.compare_id == board.id
         )
-    ) or 0  # fmt: skip
+    else:
+        query = query.where(Run.project_id == board.id)
+    return session.scalar(query) or 0
 
 
 @router.get("/{project}/bar")
@@ -43,10 +51,18 @@ def board_bar(
     `shared`), `home` (tbhub's own address), `csrf_token` (to sign out from the board page, on
     tbhub's origin only), `runs` (runs with files) and, for members, `logdir` and
     `run_command`."""
-    project_id = readable_board(request, context, project)
+    board = readable_board(request, context, project)
     data = viewer_session(request, context, project)
-    member = data is not None and judge_user(context, data, project)[0] is Verdict.allowed
+    # A compare board's reader reads every project of its runs (the gate checked it).
+    projects = board_projects(context.compares, project) or frozenset()
+    member = (
+        bool(projects)
+        and data is not None
+        and all(judge_user(context, data, p)[0] is Verdict.allowed for p in projects)
+    )
     user = session.get(User, data.user_id) if member and data is not None else None
+    # Where to write runs: a project's own directory; a compare board has none.
+    writer = user is not None and board.kind == "project"
     binding = binding_of(request, context.cookies) if user is not None else None
     return {
         "project": project,
@@ -54,7 +70,7 @@ def board_bar(
         "shared": user is None,
         "home": context.settings.public_url.rstrip("/"),
         "csrf_token": context.csrf.token(binding) if binding else None,
-        "runs": runs_with_files(session, project_id),
-        "logdir": str(project_dir(context.settings.storage, project)) if user else None,
-        "run_command": f"tbhub run --project {project} -- python train.py" if user else None,
+        "runs": runs_with_files(session, board),
+        "logdir": str(project_dir(context.settings.storage, project)) if writer else None,
+        "run_command": f"tbhub run --project {project} -- python train.py" if writer else None,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
@@ -19,7 +20,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
-from tbhub.boards import BoardView
+from tbhub.boards import BoardRef, BoardView
 from tbhub.deps import (
     AppContext,
     ContextDep,
@@ -30,6 +31,7 @@ from tbhub.deps import (
 from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.http_errors import wants_html
 from tbhub.models import ObservedState
+from tbhub.names import is_compare_slug
 from tbhub.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -66,32 +68,65 @@ class Verdict(enum.Enum):
     allowed = "allowed"
 
 
-def judge(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
-    """The caller's standing towards `project`, and the project id when allowed: as the
-    signed-in user (or, on a board's own origin, its board session), as a bearer token's
-    user (any scope naming the project: scripts read scalars that way), or else through a
-    share link for this very board."""
+def judge(request: Request, context: AppContext, board: str) -> tuple[Verdict, BoardRef | None]:
+    """The caller's standing towards board `board` (a project's, or a compare board), and the
+    board when allowed: as the signed-in user (or, on a board's own origin, its board
+    session), as a bearer token's user (any scope naming the projects: scripts read scalars
+    that way), or else through a share link for this very project board.
+
+    A compare board takes read access to every project its runs come from; one the caller
+    cannot open reads as unknown, whether it exists or not."""
     origins = context.board_origins
-    if origins is not None and origins.project_of_host(request.headers.get("host")) != project:
+    if origins is not None and origins.project_of_host(request.headers.get("host")) != board:
         return Verdict.other_origin, None
-    if request.headers.get("authorization") is not None:
-        return _judge_token(request, context, project)
-    data = viewer_session(request, context, project)
-    verdict, project_id = judge_user(context, data, project)
+    standing = _standing(request, context, board)
+    if is_compare_slug(board):
+        return _judge_compare(context, standing, board)
+    verdict, project_id = standing(board) if standing is not None else (Verdict.anonymous, None)
     if verdict is not Verdict.allowed:
         grant = _share_grant(request, context)
-        if grant is not None and grant.project == project:
-            return Verdict.allowed, grant.project_id
-    return verdict, project_id
+        if grant is not None and grant.project == board:
+            verdict, project_id = Verdict.allowed, grant.project_id
+    return verdict, BoardRef.of_project(project_id) if project_id is not None else None
 
 
-def _judge_token(request: Request, context: AppContext, project: str) -> tuple[Verdict, int | None]:
-    try:
-        grant = context.tokens.lookup(bearer_token(request.headers.get("authorization")) or "")
-    except NotAuthenticated:
+# The caller's verdict on one project, and its id when allowed.
+Standing = Callable[[str], tuple[Verdict, int | None]]
+
+
+def _standing(request: Request, context: AppContext, board: str) -> Standing | None:
+    """How the caller stands towards any project; None for a caller with no credential."""
+    if request.headers.get("authorization") is not None:
+        try:
+            grant = context.tokens.lookup(bearer_token(request.headers.get("authorization")) or "")
+        except NotAuthenticated:
+            return None
+        caller = Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
+        return lambda project: _judge_token(context, caller, project)
+    data = viewer_session(request, context, board)
+    if data is None:
+        return None
+    return lambda project: judge_user(context, data, project)
+
+
+def _judge_compare(
+    context: AppContext, standing: Standing | None, slug: str
+) -> tuple[Verdict, BoardRef | None]:
+    if standing is None:
         return Verdict.anonymous, None
-    caller = Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
-    access = context.access.lookup(grant.user_id, project)
+    entry = context.compares.lookup(slug)
+    if entry is None or not entry.projects:
+        return Verdict.unknown_project, None
+    verdicts = {standing(project)[0] for project in sorted(entry.projects)}
+    if Verdict.anonymous in verdicts:
+        return Verdict.anonymous, None
+    if verdicts != {Verdict.allowed}:
+        return Verdict.unknown_project, None  # never says which run, or whether it exists
+    return Verdict.allowed, BoardRef.of_compare(entry.compare_id)
+
+
+def _judge_token(context: AppContext, caller: Caller, project: str) -> tuple[Verdict, int | None]:
+    access = context.access.lookup(caller.user_id, project)
     if not access.user_exists:
         return Verdict.anonymous, None
     if access.project_id is None:
@@ -138,12 +173,12 @@ def judge_user(
     return Verdict.allowed, access.project_id
 
 
-def _board_for(context: AppContext, project_id: int) -> BoardView | None:
+def _board_for(context: AppContext, board: BoardRef) -> BoardView | None:
     """Note the access; if the board is not serving, ask for it and wake the supervisor."""
-    context.tracker.touch(project_id)
-    view = context.boards.get(project_id)
+    context.tracker.touch(board)
+    view = context.boards.get(board)
     if view is None or not view.serving:
-        context.boards.want_running(project_id)
+        context.boards.want_running(board)
         context.wake_supervisor()
     return view
 
@@ -163,7 +198,7 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     if match is None or UNSAFE_BOARD_PATH.search(original_uri):
         return Response(status_code=403)
     try:
-        verdict, project_id = judge(request, context, match.group(1))
+        verdict, board = judge(request, context, match.group(1))
     except AmbiguousSession:
         # Denied, and never cached; the fallback explains it to the user.
         return Response(status_code=403)
@@ -172,8 +207,8 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     if verdict is not Verdict.allowed:
         # auth_request knows only 2xx/401/403; the fallback page tells 404 from 403.
         return Response(status_code=403)
-    assert project_id is not None
-    view = _board_for(context, project_id)
+    assert board is not None
+    view = _board_for(context, board)
     if view is not None and view.serving:
         cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
         headers = {"X-Board-Upstream": str(view.upstream), "X-Accel-Expires": str(cache)}
@@ -192,15 +227,15 @@ def heartbeat(request: Request, project: ProjectInPath, context: ContextDep) -> 
     return Response(status_code=204)
 
 
-def readable_board(request: Request, context: AppContext, project: str) -> int:
-    """The id of a project whose board the caller may read (as the hook judges), or 401/404
-    for the board page's own calls (heartbeat, bar)."""
-    verdict, project_id = judge(request, context, project)
+def readable_board(request: Request, context: AppContext, board: str) -> BoardRef:
+    """A board (a project's or a compare board) the caller may read (as the hook judges), or
+    401/404 for the board page's own calls (heartbeat, bar)."""
+    verdict, ref = judge(request, context, board)
     if verdict is Verdict.anonymous:
         raise NotAuthenticated("sign in first: open /auth/login in a browser")
-    if verdict is not Verdict.allowed or project_id is None:
-        raise NotFound(f"no project named {project!r} that you can open")
-    return project_id
+    if verdict is not Verdict.allowed or ref is None:
+        raise NotFound(f"no board named {board!r} that you can open")
+    return ref
 
 
 @router.api_route("/boards/{project}", methods=["GET", "HEAD", "POST"])
@@ -208,7 +243,7 @@ def readable_board(request: Request, context: AppContext, project: str) -> int:
 def board_fallback(request: Request, project: ProjectInPath, context: ContextDep) -> Response:
     check_board_path(request.scope.get("raw_path", b"").decode("latin-1"))
     html = wants_html(request)
-    verdict, project_id = judge(request, context, project)
+    verdict, board = judge(request, context, project)
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     origins = context.board_origins
     if verdict is Verdict.other_origin and origins is not None:
@@ -222,6 +257,11 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
         raise NotAuthenticated(
             "sign in to open this board: send the session cookie from /auth/login"
         )
+    if verdict is Verdict.unknown_project and is_compare_slug(project):
+        raise NotFound(
+            f"there is no compare board {project!r} that you can open: it takes read access "
+            "to the project of every run it shows; pick runs to compare at /compare"
+        )
     if verdict is Verdict.unknown_project:
         raise NotFound(
             f"there is no project named {project!r}; the projects you can open are listed at /"
@@ -230,8 +270,8 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
         raise Forbidden(
             f"you are not a member of project {project!r}; ask one of its owners to add you"
         )
-    assert project_id is not None
-    view = _board_for(context, project_id)
+    assert board is not None
+    view = _board_for(context, board)
     if view is not None and view.no_capacity:
         return _no_capacity(request, project, view, html=html)
     failed = view is not None and (view.observed == ObservedState.failed or view.failures > 0)

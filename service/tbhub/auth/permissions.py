@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.auth.ttl_cache import TtlCache
 from tbhub.models import Membership, Project, Role, TeamMember, TeamRole, User
 
 # How long a role read from the database is trusted. Changes made through this process clear
@@ -91,26 +91,14 @@ class AccessCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
-        self._ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[tuple[int, str], tuple[float, Access]] = {}
+        self._cache = TtlCache[tuple[int, str], Access](self._load, ttl=ttl, clock=clock)
 
     def lookup(self, user_id: int, project: str) -> Access:
-        key = (user_id, project)
-        now = self._clock()
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
+        return self._cache.get((user_id, project))
+
+    def _load(self, key: tuple[int, str]) -> Access:
         with self._factory() as session:
-            access = load_access(session, user_id=user_id, project=project)
-        with self._lock:
-            if len(self._entries) > 100_000:  # bounded: drop everything rather than grow
-                self._entries.clear()
-            self._entries[key] = (now, access)
-        return access
+            return load_access(session, user_id=key[0], project=key[1])
 
     def invalidate(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._cache.clear()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
+from tbhub.auth.ttl_cache import TtlCache
 from tbhub.errors import InvalidInput, NotFound
 from tbhub.models import Project, ShareLink
 from tbhub.projects import get_project
@@ -108,23 +108,13 @@ class ShareLinkCache:
         ttl: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._factory, self._ttl, self._clock = factory, ttl, clock
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, ShareGrant | None]] = {}
+        self._factory = factory
+        self._cache = TtlCache[str, ShareGrant | None](self._load, ttl=ttl, clock=clock)
 
     def lookup(self, token: str) -> ShareGrant | None:
         if not token.startswith(TOKEN_PREFIX) or len(token) != TOKEN_LENGTH:
             return None
-        key, now = token_hash(token), self._clock()
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is None or now - hit[0] >= self._ttl:
-            hit = (now, self._load(key))
-            with self._lock:
-                if len(self._entries) > 100_000:
-                    self._entries.clear()
-                self._entries[key] = hit
-        grant = hit[1]
+        grant = self._cache.get(token_hash(token))
         return grant if grant is not None and grant.expires_at > time.time() else None
 
     def _load(self, key: str) -> ShareGrant | None:
@@ -140,5 +130,4 @@ class ShareLinkCache:
         return ShareGrant(link.id, link.project_id, project, link.expires_at.timestamp())
 
     def invalidate(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._cache.clear()

@@ -124,7 +124,7 @@ class TokenCache:
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[float, TokenGrant]] = {}
-        self.used = AccessTracker()
+        self.used = AccessTracker[int]()
         self._flushed_at = clock()
 
     def lookup(self, token: str) -> TokenGrant:

@@ -13,6 +13,7 @@ from typer._click import exceptions as click_errors
 
 from tbhub import __version__
 from tbhub.cli import admin
+from tbhub.cli import compare as compare_cli
 from tbhub.cli import runs as runs_cli
 from tbhub.cli import upload as upload_cli
 from tbhub.cli import user as user_cli
@@ -46,6 +47,7 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(runs_cli.app, name="runs")
 app.command("login")(handle_errors(user_cli.login))
 app.command("upload")(handle_errors(upload_cli.upload))
+app.command("compare", no_args_is_help=True)(handle_errors(compare_cli.compare))
 app.command("run", context_settings={"allow_interspersed_args": False}, no_args_is_help=True)(
     handle_errors(user_cli.run_command)
 )

@@ -121,3 +121,8 @@ class Client:
 
     def delete_run(self, project: str, run_id: int) -> dict[str, Any]:
         return self.json("DELETE", f"/api/v1/projects/{project}/runs/{run_id}")
+
+    def compare(self, runs: list[str], *, name: str | None = None) -> dict[str, Any]:
+        """A compare board over runs (`PROJECT/RUN_ID`) of any projects the token reads."""
+        body: dict[str, Any] = {"runs": runs, **({"name": name} if name is not None else {})}
+        return self.json("POST", "/api/v1/compare", json=body)

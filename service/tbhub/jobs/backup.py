@@ -44,6 +44,7 @@ from tbhub.jobs.targets import UNREACHABLE_CODES, Target, TargetUnreachable
 from tbhub.models import BackupRun
 from tbhub.names import check_project_name
 from tbhub.settings import Settings
+from tbhub.storage.compare_view import compare_root
 from tbhub.storage.paths import inside_root
 from tbhub.timestamps import iso_utc
 
@@ -157,8 +158,10 @@ def take_snapshot(settings: Settings, target: Target, now: datetime) -> Snapshot
             "--out-format=%i %n", *target.rsync_shell_args()]  # fmt: skip
     storage = settings.storage.resolve()
     trash = trash_root(settings).resolve()
-    if trash.is_relative_to(storage):
-        args.append(f"--exclude=/{trash.relative_to(storage).as_posix()}/")
+    # Trash and compare views are not backed up: rsync would copy each hard link again.
+    for kept_aside in (trash, compare_root(settings).resolve()):
+        if kept_aside.is_relative_to(storage):
+            args.append(f"--exclude=/{kept_aside.relative_to(storage).as_posix()}/")
     args.extend(settings.backup_rsync_args)
     previous = complete[-1] if complete else None
     if previous is not None:

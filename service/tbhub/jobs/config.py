@@ -8,29 +8,19 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from tbhub.errors import ConfigError, JobBusy
+from tbhub.errors import JobBusy
 from tbhub.leader_lock import job_lock_held
 from tbhub.locks import LockHeld, hold_lock
-from tbhub.names import PROJECT_SLUG
 from tbhub.settings import Settings
+from tbhub.storage.paths import beside_projects
 
 TRASH_DIR_NAME = ".tbhub-trash"  # not a project slug, so no project can ever be called that
 
 
 def trash_root(settings: Settings) -> Path:
     """The trash, checked to be outside every project directory (boards must not show it)."""
-    root = (settings.trash_root or settings.storage / TRASH_DIR_NAME).expanduser().absolute()
-    storage = settings.storage.resolve()
-    resolved = root.resolve()
-    if resolved.is_relative_to(storage) and resolved != storage:
-        first = resolved.relative_to(storage).parts[0]
-        if PROJECT_SLUG.fullmatch(first):
-            raise ConfigError(
-                f"TBHUB_TRASH_ROOT {root} is inside the project directory {storage / first}, "
-                "where its board would show trashed runs; put it beside the projects"
-            )
-    elif resolved == storage:
-        raise ConfigError("TBHUB_TRASH_ROOT cannot be the storage root itself")
+    configured = settings.trash_root or settings.storage / TRASH_DIR_NAME
+    root = beside_projects(settings.storage, configured, "TBHUB_TRASH_ROOT", "trashed runs")
     root.mkdir(parents=True, exist_ok=True)
     return root
 

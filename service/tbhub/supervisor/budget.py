@@ -12,14 +12,20 @@ from tbhub.supervisor.model import Desired, Instance, MiB, Observed, Plan, Polic
 
 
 def refuse(want: Desired, instances: list[Instance], result: Plan) -> None:
-    """A link leads out of the project: its board would show another project's data."""
-    error = (
-        f"not serving {want.project}: the symlink {want.unsafe_link} leads outside the "
-        "project, and TensorBoard would show what it points to. Remove the link (or copy "
-        "the data into the project)."
-    )
+    """A link leads out of the project (its board would show another project's data), or
+    the board is refused for another reason (`want.refusal`): no board at all."""
+    if want.unsafe_link is not None:
+        reason = "a symlink leads outside the project"
+        error = (
+            f"not serving {want.project}: the symlink {want.unsafe_link} leads outside the "
+            "project, and TensorBoard would show what it points to. Remove the link (or copy "
+            "the data into the project)."
+        )
+    else:
+        reason = "refused"
+        error = f"not serving {want.project}: {want.refusal}"
     for instance in instances:
-        result.actions.append(Stop(instance, "a symlink leads outside the project", force=True))
+        result.actions.append(Stop(instance, reason, force=True))
     result.observed[want.project] = Observed("failed", error=error)
 
 

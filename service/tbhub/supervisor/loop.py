@@ -13,10 +13,19 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker, upstream_hold_seconds
+from tbhub.boards import AccessTracker, BoardRef, upstream_hold_seconds
 from tbhub.db import transaction
+from tbhub.errors import TbhubError
 from tbhub.models import ObservedState
+from tbhub.names import is_compare_slug
 from tbhub.settings import Settings
+from tbhub.storage.compare_view import (
+    COMPARE_DIR_NAME,
+    SYNC_SECONDS,
+    ViewRun,
+    remove_views,
+    sync_view,
+)
 from tbhub.storage.links import LINK_CHECK_SECONDS, first_outside_link
 from tbhub.supervisor.backends.base import Backend
 from tbhub.supervisor.metrics import SupervisorMetrics
@@ -58,8 +67,9 @@ class Supervisor:
         *,
         factory: sessionmaker[Session],
         backend: Backend,
-        tracker: AccessTracker,
+        tracker: AccessTracker[BoardRef],
         storage_root: str,
+        compare_root: str | None = None,
         idle_timeout: float,
         interval: float,
         policy: Policy,
@@ -75,6 +85,7 @@ class Supervisor:
         self.backend = backend
         self.tracker = tracker
         self.storage_root = storage_root
+        self.compare_root = compare_root or str(Path(storage_root) / COMPARE_DIR_NAME)
         self.idle_timeout = idle_timeout
         self.interval = interval
         self.policy = policy
@@ -92,6 +103,8 @@ class Supervisor:
         self._memory_measured_at = float("-inf")
         # project -> (when its tree was last checked for links out of it, the link found)
         self._links: dict[str, tuple[float, str | None]] = {}
+        # compare board -> (when its view was last synced, the error that stopped it)
+        self._views: dict[str, tuple[float, str | None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -142,6 +155,7 @@ class Supervisor:
                 idle_timeout=self.idle_timeout,
                 storage_root=self.storage_root,
                 limits=self.limits,
+                compare_root=self.compare_root,
             )
         desired = read.desired
         # A full pass (every interval) probes every board and reads its PSS; the fast passes
@@ -152,6 +166,7 @@ class Supervisor:
         if full:
             self._memory_measured_at = now
         desired = self._check_links(desired, actual, now)
+        desired = self._sync_views(desired, read.views, actual, now)
         result = plan(desired, actual, now=now, policy=self.policy, health=self._health)
         if not self.may_act():
             log.warning("reconcile pass skipped: this replica's leadership is not confirmed")
@@ -174,6 +189,8 @@ class Supervisor:
                 now=datetime.fromtimestamp(self.clock(), UTC),
                 settled=read.settled,
             )
+        if full:
+            self._remove_stopped_views(desired, actual)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - began)
         return any(o.state == ObservedState.starting for o in result.observed.values()) or any(
             i.alive and h.ready_at is None
@@ -205,6 +222,56 @@ class Supervisor:
             name: replace(want, unsafe_link=self._links[name][1]) if name in self._links else want
             for name, want in desired.items()
         }
+
+    def _sync_views(
+        self,
+        desired: dict[str, Desired],
+        views: dict[str, tuple[ViewRun, ...]],
+        actual: list[Instance],
+        now: float,
+    ) -> dict[str, Desired]:
+        """Bring each wanted compare board's view of hard links up to date with its runs:
+        before it starts, then every SYNC_SECONDS while it runs (new event files need new
+        links). A view that cannot be built refuses its board, with the reason."""
+        live = {i.project for i in actual if i.alive}
+        due = [
+            slug
+            for slug in views
+            if slug not in live
+            or now - self._views.get(slug, (float("-inf"), None))[0] >= SYNC_SECONDS
+        ]
+
+        def sync(slug: str) -> str | None:
+            try:
+                sync_view(Path(self.storage_root), Path(self.compare_root), slug, views[slug])
+            except TbhubError as exc:
+                return exc.message
+            except OSError as exc:
+                return f"the compare view could not be built: {exc}"
+            return None
+
+        for slug, error in zip(due, self._pool.map(sync, due), strict=True):
+            if error is not None and self._views.get(slug, (0.0, None))[1] != error:
+                log.error("not serving compare board %s: %s", slug, error)
+            self._views[slug] = (now, error)
+        self._views = {slug: seen for slug, seen in self._views.items() if slug in views}
+        return {
+            name: replace(want, refusal=self._views[name][1]) if name in self._views else want
+            for name, want in desired.items()
+        }
+
+    def _remove_stopped_views(self, desired: dict[str, Desired], actual: list[Instance]) -> None:
+        """Delete the views of compare boards that neither should run nor still run, so no
+        view keeps the bytes of a run that retention removed."""
+        keep = {name for name, want in desired.items() if want.running}
+        keep |= {i.project for i in actual if i.alive}
+        try:
+            removed = remove_views(Path(self.compare_root), {n for n in keep if is_compare_slug(n)})
+        except (OSError, TbhubError):
+            log.exception("could not remove stopped compare views under %s", self.compare_root)
+            return
+        if removed:
+            log.info("removed the views of stopped compare boards: %s", ", ".join(removed))
 
     def _note_ready(self, actual: list[Instance], result: Plan) -> None:
         """Log each board's first ready probe, with the time it took."""

@@ -70,6 +70,9 @@ class Desired:
     restart_after: float | None = None
     # A symlink in the project that leads out of it (storage/links.py): no board at all.
     unsafe_link: str | None = None
+    # Any other reason the board must not run (a compare view that cannot be built): no
+    # board at all, and this is the error shown.
+    refusal: str | None = None
 
     @property
     def project(self) -> str:

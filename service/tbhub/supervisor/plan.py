@@ -77,7 +77,7 @@ def plan(
         if not want.running:
             result.observed[project] = Observed("stopped")
             continue
-        if want.unsafe_link is not None:
+        if want.unsafe_link is not None or want.refusal is not None:
             refuse(want, by_project.get(project, []), result)
             continue
         board = BoardPlan(want, by_project.get(project, []), result, now, policy)

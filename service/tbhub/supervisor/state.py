@@ -7,18 +7,32 @@ here with its time, so a restarted supervisor picks it up and nothing waits in m
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub import audit
-from tbhub.boards import cull_idle_boards, flush_access
+from tbhub.boards import BoardRef, cull_idle_boards, flush_access
 from tbhub.errors import UnsafePath
-from tbhub.models import Board, BoardSettings, DesiredState, ObservedState, Project
+from tbhub.models import (
+    Board,
+    BoardSettings,
+    BoardState,
+    CompareBoard,
+    CompareRun,
+    DesiredState,
+    ObservedState,
+    Project,
+    RetentionState,
+    Run,
+)
+from tbhub.storage.compare_view import COMPARE_DIR_NAME, ViewRun
 from tbhub.storage.paths import project_dir
 from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix
 
@@ -55,6 +69,12 @@ def board_spec(project: str, storage_root: str, settings: BoardSettings | None =
     )
 
 
+def compare_spec(slug: str, compare_root: str) -> BoardSpec:
+    """A compare board reads its view of hard links (storage/compare_view.py)."""
+    return BoardSpec(project=slug, logdir=str(Path(compare_root) / slug),
+                     path_prefix=board_prefix(slug))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Limits:
     memory_limit: int | None  # the global default; a project may override it
@@ -73,62 +93,101 @@ class DesiredRead:
     desired: dict[str, Desired]
     # Boards not wanted and already recorded as stopped: a pass has nothing to write there.
     settled: frozenset[str]
+    # The runs each wanted compare board shows, by its slug.
+    views: dict[str, tuple[ViewRun, ...]] = field(default_factory=dict)
 
 
 # Only these columns: loading 1,000 Board objects per pass would cost more than the rest.
-BOARD_COLUMNS = (
-    Board.desired_state, Board.observed_state, Board.upstream, Board.retry_at, Board.failures,
-    Board.last_access_at, Board.desired_at, Board.instance_id, Board.draining_instance_id,
-    Board.draining_since, Board.memory_backoffs, Board.memory_retry_at, Board.pss_bytes,
-    Board.restart_requested_at,
+STATE_COLUMNS = (
+    "desired_state", "observed_state", "upstream", "retry_at", "failures", "last_access_at",
+    "desired_at", "instance_id", "draining_instance_id", "draining_since", "memory_backoffs",
+    "memory_retry_at", "pss_bytes", "restart_requested_at",
 )  # fmt: skip
+
+
+def _state_columns(model: type[BoardState]) -> list[Any]:
+    return [getattr(model, name) for name in STATE_COLUMNS]
 
 
 def read_desired(
     session: Session,
     *,
-    accesses: Mapping[int, datetime],
+    accesses: Mapping[BoardRef, datetime],
     now: datetime,
     idle_timeout: float,
     storage_root: str,
     limits: Limits,
+    compare_root: str | None = None,
 ) -> DesiredRead:
-    """Flush recorded accesses, stop idle boards, and read what every board should be."""
+    """Flush recorded accesses, stop idle boards, and read what every board should be:
+    each project's, and each compare board's (with the runs its view shows)."""
     flush_access(session, dict(accesses))
-    for project_id in cull_idle_boards(session, now=now, idle_timeout=idle_timeout):
-        audit.record(session, actor="supervisor", action="board.idle_stop", target=str(project_id))
+    for target in cull_idle_boards(session, now=now, idle_timeout=idle_timeout):
+        audit.record(session, actor="supervisor", action="board.idle_stop", target=target)
     rows = session.execute(
-        select(Project.name, BoardSettings, *BOARD_COLUMNS)
+        select(Project.name, BoardSettings, *_state_columns(Board))
         .join(Board, Board.project_id == Project.id)
         .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
     ).all()
-    desired = {}
-    settled = set()
+    compares = session.execute(select(CompareBoard.slug, *_state_columns(CompareBoard))).all()
+    compare_root = compare_root or str(Path(storage_root) / COMPARE_DIR_NAME)
+    desired: dict[str, _Want] = {}
     for name, settings, *columns in rows:
-        board = _BoardColumns(*columns)
-        running = board.desired_state == DesiredState.running
-        if not running:
-            if board.observed_state == ObservedState.stopped and board.upstream is None:
-                settled.add(name)
-            # plan() reads no spec of a board that should not run: skip resolving its path.
-            desired[name] = Desired(
-                spec=BoardSpec(project=name, logdir="", path_prefix=board_prefix(name)),
-                running=False,
-                draining=_drain(board),
-            )
-            continue
         try:
-            spec = board_spec(name, storage_root, settings)
+            spec = partial(board_spec, name, storage_root, settings)
+            want = _desired(name, _BoardColumns(*columns), settings, limits, spec)
         except UnsafePath as exc:
             # Left out of the desired set, so a board serving it is stopped too.
             log.error("not serving project %s: %s", name, exc.message)
             continue
-        own = settings.memory_limit if settings and settings.memory_limit is not None else None
-        limit = (limits.memory_limit if own is None else own) or None
-        if (hard := limits.cgroup_bytes(limit)) is not None:
-            spec = replace(spec, memory_limit=hard)
-        desired[name] = Desired(
-            spec=spec,
+        desired[name] = want
+    for slug, *columns in compares:
+        spec = partial(compare_spec, slug, compare_root)
+        desired[slug] = _desired(slug, _BoardColumns(*columns), None, limits, spec)
+    settled = {name for name, want in desired.items() if want.settled}
+    wanted = [slug for slug, *_ in compares if desired[slug].running]
+    return DesiredRead(
+        desired={name: want.desired for name, want in desired.items()},
+        settled=frozenset(settled),
+        views=_view_runs(session, wanted),
+    )
+
+
+@dataclass(frozen=True)
+class _Want:
+    desired: Desired
+    # Not wanted and already recorded as stopped: a pass has nothing to write there.
+    settled: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.desired.running
+
+
+def _desired(
+    name: str,
+    board: _BoardColumns,
+    settings: BoardSettings | None,
+    limits: Limits,
+    spec: Callable[[], BoardSpec],
+) -> _Want:
+    if board.desired_state != DesiredState.running:
+        # plan() reads no spec of a board that should not run: skip resolving its path.
+        stopped = Desired(
+            spec=BoardSpec(project=name, logdir="", path_prefix=board_prefix(name)),
+            running=False,
+            draining=_drain(board),
+        )
+        idle = board.observed_state == ObservedState.stopped and board.upstream is None
+        return _Want(stopped, settled=idle)
+    own = settings.memory_limit if settings and settings.memory_limit is not None else None
+    limit = (limits.memory_limit if own is None else own) or None
+    board_spec = spec()
+    if (hard := limits.cgroup_bytes(limit)) is not None:
+        board_spec = replace(board_spec, memory_limit=hard)
+    return _Want(
+        Desired(
+            spec=board_spec,
             running=True,
             retry_at=_ts(board.retry_at),
             failures=board.failures,
@@ -142,7 +201,25 @@ def read_desired(
             last_pss=board.pss_bytes,
             restart_after=_ts(board.restart_requested_at),
         )
-    return DesiredRead(desired=desired, settled=frozenset(settled))
+    )
+
+
+def _view_runs(session: Session, slugs: list[str]) -> dict[str, tuple[ViewRun, ...]]:
+    """The runs each of these compare boards shows: those still present on the storage."""
+    views: dict[str, list[ViewRun]] = {slug: [] for slug in slugs}
+    if not slugs:
+        return {}
+    rows = session.execute(
+        select(CompareBoard.slug, Project.name, Run.path)
+        .join(CompareRun, CompareRun.compare_id == CompareBoard.id)
+        .join(Run, Run.id == CompareRun.run_id)
+        .join(Project, Project.id == Run.project_id)
+        .where(CompareBoard.slug.in_(slugs), Run.retention_state == RetentionState.present)
+        .order_by(CompareBoard.slug, CompareRun.position)
+    ).all()
+    for slug, project, path in rows:
+        views[slug].append(ViewRun(project, path))
+    return {slug: tuple(runs) for slug, runs in views.items()}
 
 
 @dataclass(frozen=True)
@@ -190,11 +267,17 @@ def write_observed(
     touched |= set(restarts) | set(pss)
     if not touched:
         return
-    rows = session.execute(
-        select(Project.name, Board)
-        .join(Board, Board.project_id == Project.id)
-        .where(Project.name.in_(sorted(touched)))
-    ).all()
+    names = sorted(touched)
+    rows: list[tuple[str, Board | CompareBoard]] = [
+        (name, board)
+        for query in (
+            select(Project.name, Board)
+            .join(Board, Board.project_id == Project.id)
+            .where(Project.name.in_(names)),
+            select(CompareBoard.slug, CompareBoard).where(CompareBoard.slug.in_(names)),
+        )
+        for name, board in session.execute(query)
+    ]
     for name, board in rows:
         if name in result.evicted:
             board.desired_state, board.desired_at = DesiredState.stopped, now

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub.auth.board_origin import PASS_SECONDS, BoardOrigins
+from tbhub.auth.compare_access import may_open
 from tbhub.auth.share_links import SHARE_COOKIE, TOKEN_LENGTH
 from tbhub.bounds import TOKEN_MAX, URL_PATH_MAX
 from tbhub.deps import AppContext, ContextDep, OptionalUser
@@ -47,9 +48,8 @@ def board_pass(
     if user is None:
         here = f"/auth/board-pass?{urlencode({'project': project, 'next': next})}"
         return RedirectResponse(f"/auth/login?next={quote(here, safe='')}", status_code=302)
-    access = context.access.lookup(user.id, project)
-    if not access.can_view:
-        raise Forbidden(f"you are not a member of project {project!r}; ask one of its owners")
+    if not may_open(context.access, context.compares, user.id, project):
+        raise Forbidden(f"you may not read the board {project!r}; ask an owner of its project")
     token = origins.issue_pass(user_id=user.id, project=project, epoch=user.session_epoch)
     query = urlencode({"pass": token, "next": _board_next(project, next)})
     return RedirectResponse(origins.url(project, f"/_tbhub/enter?{query}"), status_code=302)

@@ -46,6 +46,7 @@ NOTICES = {
     "board_unpinned": "Board unpinned.",
     "user_created": "User created.",
     "user_updated": "User saved.",
+    "compare_deleted": "Compare board deleted; its board stops.",
 }
 
 

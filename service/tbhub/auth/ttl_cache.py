@@ -1,0 +1,45 @@
+"""The short-lived caches the auth hook reads instead of the database on its hot path."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class TtlCache(Generic[K, V]):
+    """key -> `load(key)` for `ttl` seconds. Loads run outside the lock; the cache is
+    bounded by dropping everything rather than growing past `max_entries`."""
+
+    def __init__(
+        self,
+        load: Callable[[K], V],
+        *,
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_entries: int = 100_000,
+    ) -> None:
+        self._load, self._ttl, self._clock, self._max = load, ttl, clock, max_entries
+        self._lock = threading.Lock()
+        self._entries: dict[K, tuple[float, V]] = {}
+
+    def get(self, key: K) -> V:
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and now - hit[0] < self._ttl:
+            return hit[1]
+        value = self._load(key)
+        with self._lock:
+            if len(self._entries) > self._max:
+                self._entries.clear()
+            self._entries[key] = (now, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
