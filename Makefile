@@ -51,6 +51,7 @@ bench: venv
 	@deploy/install-system-deps.sh bench
 	$(BIN)/tbhub admin board-image build
 	$(BIN)/python bench/cold_start.py
+	$(BIN)/python bench/compare_cold_start.py
 	$(BIN)/python bench/board_memory.py
 	$(BIN)/python bench/warm_throughput.py
 	$(BIN)/python bench/warm_throughput.py --backend docker

@@ -8,6 +8,7 @@ secret (she does not), each with runs run-00 and run-01 found by the storage wat
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from sqlalchemy import select
 from tbhub.models import Project, Role, Run
 from tbhub.projects import remove_membership, set_membership
 from tbhub.sample_logs import write_project
-from tests.e2e.harness import TbhubServer, board_processes, wait_until
+from tests.e2e.harness import TBHUB, TbhubServer, board_processes, wait_until
 from tests.e2e.ui import check_page, screenshot, sign_in
 
 JSON = {"Accept": "application/json"}
@@ -187,11 +188,11 @@ def test_an_unread_compare_board_is_culled_and_its_view_removed(server: TbhubSer
     linked = view / "lab" / "run-00"
     assert [p.name.split(".")[:3] for p in linked.iterdir()] == [["events", "out", "tfevents"]]
     assert any(p.environ().get("TBHUB_INSTANCE", "").startswith(slug)
-               for p in board_processes(server.data_dir))  # fmt: skip
+               for p in board_processes(server.board_state_dir))  # fmt: skip
 
     def culled() -> bool:
         state = alice.get(f"/api/v1/compare/{slug}").json()["board"]
-        running = [p for p in board_processes(server.data_dir)
+        running = [p for p in board_processes(server.board_state_dir)
                    if p.environ().get("TBHUB_INSTANCE", "").startswith(slug)]  # fmt: skip
         return state["desired_state"] == state["observed_state"] == "stopped" and not running
 
@@ -221,3 +222,28 @@ def test_a_run_reached_through_a_symlink_is_refused(server: TbhubServer, tmp_pat
     state = wait_until(board_refused, timeout=45, what="the board to refuse the symlinked run")
     assert "symlink" in json.dumps(state)
     assert alice.get(f"/boards/{slug}/data/runs", headers=JSON).status_code != 200
+
+
+def test_tbhub_compare_prints_the_board_address_and_refuses_a_run_it_cannot_read(
+    server: TbhubServer,
+) -> None:
+    token = server.add_token("alice", ["vision", "speech"], scope="read")
+    env = {k: v for k, v in server.env.items() if not k.startswith("TBHUB_")}
+    env |= {"TBHUB_URL": server.base_url, "TBHUB_TOKEN": token}
+
+    def tbhub(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TBHUB, "compare", *args, "--json"], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+
+    made = tbhub(ref(server, "speech/run-00"), ref(server, "vision/run-01"), "--name", "cli")
+    assert made.returncode == 0, made.stderr
+    board = json.loads(made.stdout)
+    assert board["board_url"] == f"{server.base_url}/boards/{board['slug']}/"
+    assert [r["board_run"] for r in board["runs"]] == ["speech/run-00", "vision/run-01"]
+    reader = server.token_client(token)
+    runs = wait_until(lambda: board_runs(reader, board["slug"]), timeout=60,
+                      what="the board the CLI made, read with the token")  # fmt: skip
+    assert runs == ["speech/run-00", "vision/run-01"]
+
+    refused = tbhub(ref(server, "vision/run-00"), ref(server, "secret/run-00"))
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error"]["code"] == "not_found"

@@ -47,7 +47,7 @@ app.add_typer(admin.app, name="admin")
 app.add_typer(runs_cli.app, name="runs")
 app.command("login")(handle_errors(user_cli.login))
 app.command("upload")(handle_errors(upload_cli.upload))
-app.command("compare", no_args_is_help=True)(handle_errors(compare_cli.compare))
+app.command("compare")(handle_errors(compare_cli.compare))
 app.command("run", context_settings={"allow_interspersed_args": False}, no_args_is_help=True)(
     handle_errors(user_cli.run_command)
 )
