@@ -94,6 +94,18 @@ def test_two_runs_of_two_projects_on_one_board_and_never_a_run_she_cannot_read(
         expect(page.get_by_role("alert")).to_contain_text("no project named 'secret'")
         check_page(page, "compare-refused")
 
+        # The project page's checkboxes submit the selection in /compare's query shape.
+        page.goto(f"{server.base_url}/projects/vision")
+        page.get_by_label("Compare run-00").check()
+        page.get_by_label("Compare run-01").check()
+        page.get_by_role("button", name="Compare selected runs").click()
+        page.wait_for_url(f"{server.base_url}/compare?*")
+        ticked = page.locator("input[name=run]:checked")
+        expect(ticked).to_have_count(2)
+        assert sorted(ticked.evaluate_all("boxes => boxes.map(b => b.value)")) == sorted(
+            ref(server, r) for r in ("vision/run-00", "vision/run-01")
+        )
+
         picked = ["vision/run-00", "speech/run-00", "vision/run-01"]
         query = "&".join(f"run={ref(server, r)}" for r in picked)
         page.goto(f"{server.base_url}/compare?{query}")
