@@ -13,7 +13,7 @@ from tbhub.auth.board_origin import BoardSession
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.db import transaction
 from tbhub.main import build_context, create_app
-from tbhub.models import Project
+from tbhub.models import Project, Run
 from tbhub.runs import RunFields, register_run
 from tbhub.settings import Settings
 from tbhub.users import get_user
@@ -31,7 +31,9 @@ def add_run(factory: sessionmaker[Session], settings: Settings, *, files: int) -
                        project_id=project_id, name="r", group=None, fields=fields,
                        actor="test")  # fmt: skip
     with transaction(factory) as session:
-        session.merge(run).files = files
+        stored = session.get(Run, run.id)
+        assert stored is not None
+        stored.files = files
 
 
 def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
