@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
@@ -24,6 +23,7 @@ from tbhub.compare import (
 from tbhub.deps import CallerDep, ContextDep, SessionDep
 from tbhub.models import CompareBoard, RetentionState, RunStatus
 from tbhub.supervisor.plan import board_prefix
+from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["compare"])
 
@@ -63,7 +63,7 @@ class CompareRunOut(BaseModel):
 class CompareBoardState(BaseModel):
     desired_state: str
     observed_state: str
-    last_access_at: datetime | None
+    last_access_at: Timestamp | None
     error: str | None
 
 
@@ -79,8 +79,8 @@ class CompareOut(BaseModel):
     run_count: int
     runs: list[CompareRunOut]
     board: CompareBoardState
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
 
     @classmethod
     def of(cls, board: CompareBoard, *, visible: bool) -> CompareOut:
