@@ -69,6 +69,8 @@ def test_filters_narrow_the_runs_table(client: TestClient, runs: dict[str, int])
     assert get(q="GOOD ONE") == ["alpha"]
     assert get(status="failed", group="sweep") == []
     assert "elsewhere" not in get()
+    page = client.get("/projects/vision", headers=HTML).text
+    assert '<option value="best">' in page and '<option value="sweep">' in page  # suggested
     bad = client.get("/projects/vision", params={"status": "sleeping"}, headers=HTML)
     assert bad.status_code == 422 and "not one of" in bad.text
 

@@ -3,6 +3,7 @@ the supervisor and the jobs (replica.py, duties.py)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import IO
@@ -20,6 +21,7 @@ from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.replica import Replica, board_location
 from tbhub.settings import Settings, prepare_runtime
+from tbhub.storage.scalars import load_reader
 from tbhub.supervisor.backends.select import boards_place
 from tbhub.supervisor.board_process import raise_open_file_limit
 
@@ -86,6 +88,12 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
             nginx.start()
             log.info("nginx listens on http://%s", settings.http_address)
         log.info("open %s", settings.public_url)
+        # What start-up made (modules, settings, the app) lives as long as the process: out
+        # of the collector's sight, a full collection does not walk it during some request
+        # (pauses of 200+ ms on a busy 2-core host: the pages' p99, bench/ui_pages.py).
+        load_reader()  # the sparklines' event-file reader, so that it is frozen too
+        gc.collect()
+        gc.freeze()
         uvicorn.run(
             app,
             host="127.0.0.1",

@@ -55,6 +55,16 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def load_reader() -> None:
+    """Import what reading event files needs (TensorBoard's protos, its CRC), which the
+    functions below import on first use so that the CLI never pays for it; `tbhub serve`
+    calls this before it freezes its start-up objects out of the garbage collector's way."""
+    from google.protobuf.message import DecodeError  # noqa: F401
+    from tensorboard.compat.proto.event_pb2 import Event  # noqa: F401
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c  # noqa: F401
+    from tensorboard.util import tensor_util  # noqa: F401
+
+
 def _thin(points: list[Point]) -> list[Point]:
     """Every other point, always keeping the newest."""
     kept = points[::2]

@@ -36,6 +36,7 @@ router = APIRouter(include_in_schema=False)
 
 PER_PAGE = 50
 KEY_COLUMNS = 3  # hyperparameters and summary metrics shown as columns (the most common)
+SUGGEST_FROM = 500  # the filter boxes suggest the groups and tags of this many newest runs
 RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 Sort = Literal["created", "name", "status", "last_write", "size"]
 Order = Literal["asc", "desc"]
@@ -120,11 +121,17 @@ def _board(session: Session, access: ProjectAccess) -> dict[str, Any]:
     return {"state": board_state(board), "detail": board_detail(board)}
 
 
-def _distinct(session: Session, column: Any, project_id: int, limit: int = 200) -> list[str]:
-    query = select(column).distinct().where(Run.project_id == project_id, column.is_not(None))
-    if column is RunTag.tag:
-        query = query.join(Run, Run.id == RunTag.run_id)
-    return sorted(v for v in session.scalars(query.limit(limit)) if v)
+def _suggestions(session: Session, project_id: int) -> tuple[list[str], list[str]]:
+    """Groups and tags for the filter boxes, from the newest `SUGGEST_FROM` runs. Their ids
+    come first and the tags by those ids: a join of all runs with all tags is a plan a
+    database without statistics can turn quadratic (seconds at 10,000 runs)."""
+    recent = select(Run.id, Run.group).where(
+        Run.project_id == project_id, Run.retention_state == RetentionState.present
+    )
+    rows = session.execute(recent.order_by(Run.id.desc()).limit(SUGGEST_FROM)).all()
+    groups = sorted({group for _, group in rows if group})
+    tags = session.scalars(select(RunTag.tag).where(RunTag.run_id.in_([i for i, _ in rows])))
+    return groups, sorted(set(tags)) if rows else []
 
 
 @router.get("/projects/{project}")
@@ -152,6 +159,7 @@ def project_page(
         PinnedRun.project_id == access.project_id,
         PinnedRun.run_path.in_([run.path for run in runs]),
     ))) if runs else set()  # fmt: skip
+    groups, tags = _suggestions(session, access.project_id)
     now = datetime.now(UTC)
     stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
     live = f"/api/v1/projects/{quote(project)}/state?" + urlencode([("run", r.id) for r in runs])
@@ -171,8 +179,8 @@ def project_page(
         "sorts": list(SORTS),
         "hparam_keys": _common_keys([run.hparams for run in runs]),
         "metric_keys": _common_keys([run.metrics for run in runs]),
-        "groups": _distinct(session, Run.group, access.project_id),
-        "tags": _distinct(session, RunTag.tag, access.project_id),
+        "groups": groups,
+        "tags": tags,
         "live_url": live,
         "back": table.link(page=table.page),
     }
