@@ -21,7 +21,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, WriteOnlyMapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false
 
 from tbhub.bounds import AUDIT_TARGET_MAX
@@ -451,9 +451,6 @@ class Run(Base):
     tag_rows: Mapped[list[RunTag]] = relationship(
         cascade="all, delete-orphan", order_by="RunTag.tag", lazy="selectin"
     )
-    events: WriteOnlyMapped[RunEvent] = relationship(
-        cascade="all, delete-orphan", passive_deletes=True, order_by="RunEvent.id"
-    )
 
     @property
     def tags(self) -> list[str]:
@@ -480,6 +477,10 @@ class RunEvent(Base):
     kind: Mapped[str] = mapped_column(String(16))  # status | retention
     value: Mapped[str] = mapped_column(String(16))  # a RunStatus or RetentionState value
     actor: Mapped[str] = mapped_column(String(64))
+
+    # One way only: a Run carries no collection of its events (they are read by query), so
+    # a Run still merges and deletes as before; the database cascades the delete.
+    run: Mapped[Run] = relationship()
 
 
 # -- compare boards (issue 10) ----------------------------------------------------------------

@@ -189,8 +189,8 @@ def register_run(
                     finished_at=now if fields.status in TERMINAL else None,
                     tag_rows=[RunTag(tag=t) for t in tags],
                 )
-                note_event(run, "status", fields.status.value, actor=actor, at=now)
                 session.add(run)
+                note_event(session, run, "status", fields.status.value, actor=actor, at=now)
                 session.flush()
                 audit.record(
                     session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id
@@ -303,9 +303,13 @@ def page_runs(
     return list(rows), int(total or 0)
 
 
-def note_event(run: Run, kind: str, value: str, *, actor: str, at: datetime | None = None) -> None:
-    """Add to a run's history (the run page's "status history"), in the caller's transaction."""
-    run.events.add(RunEvent(kind=kind, value=value, actor=actor, at=at or datetime.now(UTC)))
+def note_event(
+    session: Session, run: Run, kind: str, value: str, *, actor: str, at: datetime | None = None
+) -> None:
+    """Add to a run's history (the run page's "status history"), in the caller's transaction
+    (a new run is inserted first)."""
+    session.add(RunEvent(run=run, kind=kind, value=value, actor=actor,
+                         at=at or datetime.now(UTC)))  # fmt: skip
 
 
 def run_history(session: Session, *, run: Run, limit: int = 200) -> list[RunEvent]:
@@ -333,7 +337,7 @@ def update_run(
             raise InvalidInput("status 'discovered' is tbhub's own; use running, finished, "
                                "failed or killed")  # fmt: skip
         if status != run.status:
-            note_event(run, "status", status.value, actor=actor, at=now)
+            note_event(session, run, "status", status.value, actor=actor, at=now)
         run.status = status
         run.finished_at = now if status in TERMINAL else None
     if metrics is not None:
@@ -385,7 +389,7 @@ def mark_retention(
         )
     ):
         if run.retention_state != state:
-            note_event(run, "retention", state.value, actor=actor)
+            note_event(session, run, "retention", state.value, actor=actor)
         run.retention_state = state
         run.trash_entry_id = None if state == RetentionState.present else trash_id
         run.updated_at = datetime.now(UTC)
@@ -401,7 +405,8 @@ def mark_present_again(session: Session, *, storage_root: Path, project: str | N
     count = 0
     for run, name in session.execute(query):
         if os.path.isdir(storage_root / name / run.path):
-            note_event(run, "retention", RetentionState.present.value, actor="backup restore")
+            note_event(session, run, "retention", RetentionState.present.value,
+                       actor="backup restore")  # fmt: skip
             run.retention_state = RetentionState.present
             run.trash_entry_id = None
             count += 1

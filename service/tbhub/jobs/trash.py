@@ -177,7 +177,7 @@ def trash_run(
     if trash_one(factory, settings, project=project, run_path=run_path, actor=actor) is None:
         with transaction(factory) as session:
             run = session.get_one(Run, run_id)
-            note_event(run, "retention", RetentionState.purged.value, actor=actor)
+            note_event(session, run, "retention", RetentionState.purged.value, actor=actor)
             run.retention_state = RetentionState.purged
             audit.record(session, actor=actor, action="run.delete", target=f"{project}/{run_path}",
                          gone=True)  # fmt: skip

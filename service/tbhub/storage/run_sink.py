@@ -80,8 +80,8 @@ class DatabaseRunSink:
                     created_by=ACTOR,
                     first_write=last_write,
                 )
-                note_event(run, "status", RunStatus.discovered.value, actor=ACTOR)
                 session.add(run)
+                note_event(session, run, "status", RunStatus.discovered.value, actor=ACTOR)
                 log.info("discovered run %s/%s", project, info.path)
             run.bytes, run.files = info.bytes, info.files
             if last_write is not None:
