@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from tbhub.boards import AccessTracker
+from tbhub.boards import AccessTracker, BoardRef
 from tbhub.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.errors import ConfigError, JobBusy
 from tbhub.jobs.config import job_lock
@@ -84,6 +84,12 @@ def replicas(database_url: str) -> Iterator[Replicas]:
         yield made
     finally:
         made.close()
+
+
+def last_access(replicas: Replicas, project_id: int) -> datetime | None:
+    with replicas.factory() as session:
+        at = session.scalar(select(Board.last_access_at).where(Board.project_id == project_id))
+    return None if at is None else at.astimezone(UTC)
 
 
 def duties(replica: Replica) -> RecordingDuties:
@@ -158,14 +164,39 @@ def test_a_standby_records_the_board_accesses_its_hook_saw(
                                  actor="test")  # fmt: skip
         project_id = project.id
     seen = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-    standby.tracker.restore({project_id: seen})
+    standby.tracker.restore({BoardRef.of_project(project_id): seen})
 
-    def recorded() -> bool:
-        with replicas.factory() as session:
-            at = session.scalar(select(Board.last_access_at).where(Board.project_id == project_id))
-        return at is not None and at.astimezone(UTC) == seen
+    wait_until(lambda: last_access(replicas, project_id) == seen, timeout=5,
+               what="the standby to write the access")  # fmt: skip
 
-    wait_until(recorded, timeout=5, what="the standby to write the access")
+
+class FailingOnceTracker(AccessTracker[BoardRef]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    def drain(self) -> dict[BoardRef, datetime]:
+        if self.failures == 0:
+            self.failures += 1
+            raise RuntimeError("a bug in one pass")
+        return super().drain()
+
+
+def test_the_lock_thread_outlives_a_pass_that_fails(replicas: Replicas, tmp_path: Path) -> None:
+    leader, standby = replicas.make(1), replicas.make(2)
+    standby.tracker = tracker = FailingOnceTracker()
+    leader.start()
+    standby.start()
+    wait_until(lambda: tracker.failures == 1, timeout=5, what="the failing pass")
+    with transaction(replicas.factory) as session:
+        project = create_project(session, name="vision", storage_root=tmp_path, owner=None,
+                                 actor="test")  # fmt: skip
+        project_id = project.id
+    seen = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    tracker.restore({BoardRef.of_project(project_id): seen})
+
+    wait_until(lambda: last_access(replicas, project_id) == seen, timeout=5,
+               what="the next pass to write the access")  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -178,6 +178,8 @@ class Replica:
                     log.warning("cannot reach the database for the leader lock (%s); "
                                 "retrying", exc)  # fmt: skip
                 self._connection_failed = True
+            except Exception:  # the thread must outlive a bad pass; the next one retries
+                log.exception("leader lock pass failed")
             self._stop.wait(self.retry)
 
     def _heartbeat(self) -> None:
