@@ -19,6 +19,7 @@ from typing import Any
 
 import docker.errors
 import psutil
+from docker.types import Mount
 from sqlalchemy.engine import make_url
 
 from tbhub.settings import Settings
@@ -102,6 +103,18 @@ class BoardContainers:
         """The image's own entrypoint (the launcher), or the custom program."""
         return [IMAGE_PYTHON, PROGRAM] if self.program else None
 
+    @property
+    def label_filter(self) -> str:
+        """The label filter that finds this installation's containers and services."""
+        return f"{INSTALLATION}={self.installation}"
+
+    def mounts(self, spec: BoardSpec) -> list[Mount]:
+        """The project directory, read-only, and the custom board program if there is one."""
+        mounts = [Mount(spec.logdir, self.project_source(spec), type="bind", read_only=True)]
+        if self.program:
+            mounts.append(Mount(PROGRAM, self.program, type="bind", read_only=True))
+        return mounts
+
     def project_source(self, spec: BoardSpec) -> str:
         """The project directory as the Docker daemon sees it (tbhub may be a container)."""
         if self.daemon_storage_root is None:
@@ -148,9 +161,9 @@ def init_pid(client: Any, container_id: str) -> int:
     return int(inspect(client, container_id).get("State", {}).get("Pid") or 0)
 
 
-def container_pss(pid: int, container_id: str) -> int | None:
+def container_pss(client: Any, container_id: str) -> int | None:
     """PSS of every process of the container; None when they are not visible from here."""
-    processes = _container_processes(pid, container_id)
+    processes = _container_processes(init_pid(client, container_id), container_id)
     if processes is None:
         return None
     total = 0
@@ -174,11 +187,12 @@ def stats_memory(stats: Mapping[str, object]) -> int:
     return max(usage - int(inactive or 0), 0)
 
 
-def established_in_container(pid: int, container_id: str, port: int = BOARD_PORT) -> int:
+def established_in_container(client: Any, container_id: str, port: int = BOARD_PORT) -> int:
     """Connections established to `port` inside the container's network namespace.
 
-    Read from /proc/<pid>/net/tcp{,6}, which show the namespace of that process, so it
+    Read from /proc/<init pid>/net/tcp{,6}, which show the namespace of that process, so it
     counts nginx's requests however they arrive (published port or container address)."""
+    pid = init_pid(client, container_id)
     if _container_processes(pid, container_id) is None:
         return 0
     count = 0

@@ -26,18 +26,16 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.types import LogConfig, Mount
+from docker.types import LogConfig
 
 from tbhub.supervisor.backends.containers import (
     INSTALLATION,
     INSTANCE,
     LOG_OPTIONS,
-    PROGRAM,
     BoardContainers,
     container_args,
     container_pss,
     established_in_container,
-    init_pid,
     inspect,
     instance_from_labels,
     oom_killed,
@@ -95,9 +93,6 @@ class DockerBackend:
         config = self.config
         instance_id = new_instance_id(spec.project)
         started_at = time.time()
-        mounts = [Mount(spec.logdir, config.project_source(spec), type="bind", read_only=True)]
-        if config.program:
-            mounts.append(Mount(PROGRAM, config.program, type="bind", read_only=True))
         limits: dict[str, Any] = {}
         if spec.memory_limit:
             limits = {"mem_limit": spec.memory_limit, "memswap_limit": spec.memory_limit}
@@ -116,7 +111,7 @@ class DockerBackend:
             tmpfs={"/tmp": f"size={TMP_SIZE}"},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            mounts=mounts,
+            mounts=config.mounts(spec),
             network=self.network,
             ports=ports if self.upstream_mode == "published" else None,
             labels=config.labels(instance_id, spec, started_at),
@@ -169,7 +164,7 @@ class DockerBackend:
         container_id = self._container_id(instance.instance_id)
         if container_id is None:
             return 0
-        pss = container_pss(init_pid(self.client, container_id), container_id)
+        pss = container_pss(self.client, container_id)
         if pss is not None:
             return pss
         # tbhub in another PID namespace (a container itself): the cgroup's own count.
@@ -182,7 +177,7 @@ class DockerBackend:
         container_id = self._container_id(instance.instance_id)
         if container_id is None:
             return 0
-        return established_in_container(init_pid(self.client, container_id), container_id)
+        return established_in_container(self.client, container_id)
 
     def reap_unknown(self) -> list[str]:
         """Remove containers with this installation's label that no instance label explains
@@ -218,14 +213,14 @@ class DockerBackend:
 
     def _labelled(self) -> list[dict[str, Any]]:
         """One summary per container with this installation's label (a single API call)."""
-        label = f"{INSTALLATION}={self.config.installation}"
-        return list(self.client.api.containers(all=True, filters={"label": label}))
+        filters = {"label": self.config.label_filter}
+        return list(self.client.api.containers(all=True, filters=filters))
 
     def _container_id(self, instance_id: str) -> str | None:
         """The container of an instance: as the last listing found it, else looked up."""
         if instance_id in self._ids:
             return self._ids[instance_id]
-        labels = [f"{INSTALLATION}={self.config.installation}", f"{INSTANCE}={instance_id}"]
+        labels = [self.config.label_filter, f"{INSTANCE}={instance_id}"]
         found = self.client.api.containers(all=True, filters={"label": labels})
         return str(found[0]["Id"]) if found else None
 

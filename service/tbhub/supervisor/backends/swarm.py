@@ -31,14 +31,11 @@ from docker.types import EndpointSpec, Mount, Resources, RestartPolicy
 
 from tbhub.errors import ConfigError
 from tbhub.supervisor.backends.containers import (
-    INSTALLATION,
     LOG_OPTIONS,
-    PROGRAM,
     BoardContainers,
     container_args,
     container_pss,
     established_in_container,
-    init_pid,
     inspect,
     instance_from_labels,
     oom_killed,
@@ -89,12 +86,7 @@ class SwarmBackend:
         instance_id = new_instance_id(spec.project)
         started_at = time.time()
         labels = config.labels(instance_id, spec, started_at)
-        mounts = [
-            Mount(spec.logdir, config.project_source(spec), type="bind", read_only=True),
-            Mount("/tmp", None, type="tmpfs", tmpfs_size=TMP_BYTES),
-        ]
-        if config.program:
-            mounts.append(Mount(PROGRAM, config.program, type="bind", read_only=True))
+        mounts = [*config.mounts(spec), Mount("/tmp", None, type="tmpfs", tmpfs_size=TMP_BYTES)]
         self.client.services.create(
             config.image,
             command=config.entrypoint(),
@@ -164,13 +156,13 @@ class SwarmBackend:
         container_id = self._local_container(instance.instance_id)
         if container_id is None:
             return 0  # on another node: only its cgroup limit holds it
-        return container_pss(init_pid(self.client, container_id), container_id) or 0
+        return container_pss(self.client, container_id) or 0
 
     def active_requests(self, instance: Instance) -> int:
         container_id = self._local_container(instance.instance_id)
         if container_id is None:
             return 0
-        return established_in_container(init_pid(self.client, container_id), container_id)
+        return established_in_container(self.client, container_id)
 
     def reap_unknown(self) -> list[str]:
         """Remove services with this installation's label that no instance label explains."""
@@ -205,8 +197,7 @@ class SwarmBackend:
     # -- services, tasks, nodes ------------------------------------------------------------
 
     def _labelled(self) -> list[dict[str, Any]]:
-        label = f"{INSTALLATION}={self.config.installation}"
-        return list(self.client.api.services(filters={"label": label}))
+        return list(self.client.api.services(filters={"label": self.config.label_filter}))
 
     def _newest_tasks(self, service_ids: list[str]) -> dict[str, dict[str, Any]]:
         """service id -> its newest task, in one call."""
