@@ -20,9 +20,9 @@ from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
+    emit_line,
     handle_errors,
     human_bytes,
-    out_console,
     print_table,
     runtime_settings,
     session_factory,
@@ -98,7 +98,7 @@ def user_create(
     with db_session(settings) as session:
         user = create_user(session, name=name, password=password, is_admin=admin, actor=ACTOR)
         result = {"name": user.name, "is_admin": user.is_admin}
-    emit(result, as_json=as_json, human=lambda: out_console.print(f"created user {name}"))
+    emit_line(result, f"created user {name}", as_json=as_json)
 
 
 @user_app.command("list")
@@ -122,8 +122,7 @@ def _set_flag(name: str, flag: str, value: bool, message: str, as_json: bool) ->
     setter = set_disabled if flag == "disabled" else set_admin
     with db_session(runtime_settings()) as session:
         setter(session, name=name, actor=ACTOR, **{flag: value})
-    emit({"name": name, flag: value}, as_json=as_json,
-         human=lambda: out_console.print(message, highlight=False))  # fmt: skip
+    emit_line({"name": name, flag: value}, message, as_json=as_json, highlight=False)
 
 
 @user_app.command("disable")
@@ -160,8 +159,8 @@ def user_delete(name: str, as_json: bool = JsonOption) -> None:
     """Delete an account: its memberships go; its runs and the audit log stay."""
     with db_session(runtime_settings()) as session:
         delete_user(session, name=name, actor=ACTOR)
-    emit({"name": name, "deleted": True}, as_json=as_json,
-         human=lambda: out_console.print(f"deleted {name}", highlight=False))  # fmt: skip
+    emit_line({"name": name, "deleted": True}, f"deleted {name}", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @user_app.command("sign-out-everywhere")
@@ -170,9 +169,8 @@ def user_sign_out_everywhere(name: str, as_json: bool = JsonOption) -> None:
     """End every session of the user (pages and API at once, boards within ~15 s)."""
     with db_session(runtime_settings()) as session:
         end_sessions(session, name=name, actor=ACTOR)
-    message = f"ended every session of {name}"
-    emit({"name": name, "sessions_ended": True}, as_json=as_json,
-         human=lambda: out_console.print(message, highlight=False))  # fmt: skip
+    emit_line({"name": name, "sessions_ended": True}, f"ended every session of {name}",
+              as_json=as_json, highlight=False)  # fmt: skip
 
 
 @user_app.command("set-password")
@@ -193,9 +191,9 @@ def user_set_password(
         raise InvalidInput("no terminal to prompt on; pipe the password in with --password-stdin")
     with db_session(runtime_settings()) as session:
         set_password(session, name=name, password=password, actor=ACTOR)
-    emit({"name": name, "password_set": True}, as_json=as_json,
-         human=lambda: out_console.print(f"set the password of {name}; their sessions ended",
-                                         highlight=False))  # fmt: skip
+    emit_line({"name": name, "password_set": True},
+              f"set the password of {name}; their sessions ended", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @project_app.command("create")
@@ -210,10 +208,10 @@ def project_create(
     with db_session(settings) as session:
         create_project(session, name=name, storage_root=settings.storage, owner=owner, actor=ACTOR)
     logdir = settings.storage / name
-    emit(
+    emit_line(
         {"name": name, "owner": owner, "logdir": str(logdir)},
+        f"created project {name}; write its runs under {logdir}/",
         as_json=as_json,
-        human=lambda: out_console.print(f"created project {name}; write its runs under {logdir}/"),
     )
 
 
@@ -229,10 +227,10 @@ def project_add_member(
     parsed = parse_role(role)
     with db_session(runtime_settings()) as session:
         set_membership(session, project=project, user=user, role=parsed, actor=ACTOR)
-    emit(
+    emit_line(
         {"project": project, "user": user, "role": parsed.value},
+        f"{user} is now {parsed.value} of {project}",
         as_json=as_json,
-        human=lambda: out_console.print(f"{user} is now {parsed.value} of {project}"),
     )
 
 
@@ -242,8 +240,8 @@ def project_remove_member(project: str, user: str, as_json: bool = JsonOption) -
     """Take a user's own role in a project away (roles through teams stay)."""
     with db_session(runtime_settings()) as session:
         remove_membership(session, project=project, user=user, actor=ACTOR)
-    emit({"project": project, "user": user, "removed": True}, as_json=as_json,
-         human=lambda: out_console.print(f"{user} is no member of {project} now"))  # fmt: skip
+    emit_line({"project": project, "user": user, "removed": True},
+              f"{user} is no member of {project} now", as_json=as_json)  # fmt: skip
 
 
 @project_app.command("delete")
@@ -267,9 +265,9 @@ def project_delete(
         report = retention.delete_project(factory, settings, project=name, actor=ACTOR)
     result = {"project": name, "deleted": True, "trashed_runs": report.trashed,
               "bytes": report.bytes}  # fmt: skip
-    emit(result, as_json=as_json, human=lambda: out_console.print(
-        f"deleted {name}: {report.trashed} runs ({human_bytes(report.bytes)}) are in the "
-        "trash; `tbhub admin trash list` shows them", highlight=False))  # fmt: skip
+    emit_line(result, f"deleted {name}: {report.trashed} runs ({human_bytes(report.bytes)}) "
+              "are in the trash; `tbhub admin trash list` shows them", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @project_app.command("list")

@@ -9,6 +9,7 @@ import typer
 from tbhub.cli.common import (
     JsonOption,
     emit,
+    emit_line,
     err_console,
     fail,
     handle_errors,
@@ -39,11 +40,11 @@ def run_command(as_json: bool = JsonOption) -> None:
 
     with session_factory(settings) as factory:
         report = backup.run_backup(factory, settings, actor=ACTOR, on_retry=retrying)
-    emit(report.as_dict(), as_json=as_json, human=lambda: out_console.print(
-        f"snapshot {report.snapshot} complete{' (resumed)' if report.resumed else ''}: "
-        f"{report.files} files written, {human_bytes(report.transferred_bytes)} of "
-        f"{human_bytes(report.bytes)} transferred"
-        + (f"; pruned {', '.join(report.pruned)}" if report.pruned else "")))  # fmt: skip
+    pruned = f"; pruned {', '.join(report.pruned)}" if report.pruned else ""
+    emit_line(report.as_dict(),
+              f"snapshot {report.snapshot} complete{' (resumed)' if report.resumed else ''}: "
+              f"{report.files} files written, {human_bytes(report.transferred_bytes)} of "
+              f"{human_bytes(report.bytes)} transferred{pruned}", as_json=as_json)  # fmt: skip
 
 
 @app.command("list")

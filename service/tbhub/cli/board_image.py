@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tbhub.cli.common import JsonOption, emit, err_console, handle_errors, out_console
+from tbhub.cli.common import JsonOption, emit_line, err_console, handle_errors
 from tbhub.supervisor.backends.select import docker_client
 from tbhub.supervisor.board_image import build_board_image
 
@@ -27,12 +27,10 @@ def build_command(
                 result = build_board_image(client, force=force, progress=status.update)
     finally:
         client.close()
-    emit(
+    emit_line(
         {"image": result.tag, "built": result.built, "seconds": round(result.seconds, 2),
          "files": result.files},
+        f"built {result.tag} ({result.files} files) in {result.seconds:.1f}s"
+        if result.built else f"{result.tag} exists already; nothing to build",
         as_json=as_json,
-        human=lambda: out_console.print(
-            f"built {result.tag} ({result.files} files) in {result.seconds:.1f}s"
-            if result.built else f"{result.tag} exists already; nothing to build"
-        ),
     )  # fmt: skip

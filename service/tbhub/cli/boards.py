@@ -25,6 +25,7 @@ from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
+    emit_line,
     handle_errors,
     human_bytes,
     out_console,
@@ -107,8 +108,7 @@ def board_restart(project: str, as_json: bool = JsonOption) -> None:
     with db_session(runtime_settings()) as session:
         request_restart(session, project=project, actor=ACTOR, now=_now())
     result = {"project": project, "restart": "requested"}
-    emit(result, as_json=as_json,
-         human=lambda: out_console.print(f"restart of {project}'s board requested"))  # fmt: skip
+    emit_line(result, f"restart of {project}'s board requested", as_json=as_json)
 
 
 @app.command("stop")
@@ -117,15 +117,15 @@ def board_stop(project: str, as_json: bool = JsonOption) -> None:
     """Stop the board until someone opens it again."""
     with db_session(runtime_settings()) as session:
         request_stop(session, project=project, actor=ACTOR, now=_now())
-    emit({"project": project, "desired": "stopped"}, as_json=as_json,
-         human=lambda: out_console.print(f"{project}'s board will stop"))  # fmt: skip
+    emit_line({"project": project, "desired": "stopped"}, f"{project}'s board will stop",
+              as_json=as_json)  # fmt: skip
 
 
 def _set(project: str, change: SettingsChange, as_json: bool) -> None:
     with db_session(runtime_settings()) as session:
         result = update_settings(session, project=project, change=change, actor=ACTOR, now=_now())
-    emit({"project": project, "settings": result}, as_json=as_json,
-         human=lambda: out_console.print(f"{project}: {result}", markup=False))  # fmt: skip
+    emit_line({"project": project, "settings": result}, f"{project}: {result}",
+              as_json=as_json, markup=False)  # fmt: skip
 
 
 @app.command("pin")

@@ -129,3 +129,12 @@ def emit(data: Any, *, as_json: bool, human: Callable[[], None]) -> None:
         sys.stdout.write(json.dumps(data, default=json_default) + "\n")
     else:
         human()
+
+
+def emit_line(
+    data: Any, line: str, *, as_json: bool, highlight: bool | None = None,
+    markup: bool | None = None,
+) -> None:  # fmt: skip
+    """What most commands answer: `data` as JSON, or one line (rich's own options) for people."""
+    emit(data, as_json=as_json,
+         human=lambda: out_console.print(line, highlight=highlight, markup=markup))  # fmt: skip

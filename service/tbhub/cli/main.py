@@ -18,7 +18,7 @@ from tbhub.cli import runs as runs_cli
 from tbhub.cli import upload as upload_cli
 from tbhub.cli import user as user_cli
 from tbhub.cli.common import (
-    emit,
+    emit_line,
     fail,
     handle_errors,
     out_console,
@@ -62,8 +62,8 @@ def root(
 ) -> None:
     # Options of `tbhub` itself; the help text is the Typer's above.
     if version:
-        emit({"version": __version__}, as_json=as_json,
-             human=lambda: out_console.print(f"tbhub {__version__}", highlight=False))  # fmt: skip
+        emit_line({"version": __version__}, f"tbhub {__version__}", as_json=as_json,
+                  highlight=False)  # fmt: skip
         raise typer.Exit(0)
     if as_json:
         fail("--json goes after the command, e.g. `tbhub admin user list --json`; "

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from tbhub.cli.common import (
     JsonOption,
     emit,
+    emit_line,
     err_console,
     fail,
     handle_errors,
@@ -178,8 +179,8 @@ def pin_command(project: str, run: str, as_json: bool = JsonOption) -> None:
     settings = runtime_settings()
     with session_factory(settings) as factory, transaction(factory) as session:
         retention.pin_run(session, settings, project=project, run_path=run, actor=ACTOR)
-    emit({"project": project, "run": run, "pinned": True}, as_json=as_json,
-         human=lambda: out_console.print(f"pinned {project}/{run}"))  # fmt: skip
+    emit_line({"project": project, "run": run, "pinned": True}, f"pinned {project}/{run}",
+              as_json=as_json)  # fmt: skip
 
 
 @app.command("unpin")
@@ -189,8 +190,8 @@ def unpin_command(project: str, run: str, as_json: bool = JsonOption) -> None:
     settings = runtime_settings()
     with session_factory(settings) as factory, transaction(factory) as session:
         retention.unpin_run(session, project=project, run_path=run, actor=ACTOR)
-    emit({"project": project, "run": run, "pinned": False}, as_json=as_json,
-         human=lambda: out_console.print(f"unpinned {project}/{run}"))  # fmt: skip
+    emit_line({"project": project, "run": run, "pinned": False}, f"unpinned {project}/{run}",
+              as_json=as_json)  # fmt: skip
 
 
 @trash_app.command("list")
@@ -224,8 +225,8 @@ def trash_restore(
     with session_factory(settings) as factory:
         entry = trash.restore(factory, settings, run, actor=ACTOR)
     where = settings.storage / entry.project / entry.run_path
-    emit({"id": entry.id, "run": f"{entry.project}/{entry.run_path}", "path": str(where)},
-         as_json=as_json, human=lambda: out_console.print(f"restored {where}"))  # fmt: skip
+    emit_line({"id": entry.id, "run": f"{entry.project}/{entry.run_path}", "path": str(where)},
+              f"restored {where}", as_json=as_json)  # fmt: skip
 
 
 @trash_app.command("purge")
@@ -241,6 +242,6 @@ def trash_purge(
     days = settings.trash_grace_days if older_than is None else older_than
     with session_factory(settings) as factory:
         report = trash.purge(factory, settings, older_than_days=days, actor=ACTOR)
-    emit({"purged": report.entries, "bytes": report.bytes}, as_json=as_json,
-         human=lambda: out_console.print(
-             f"purged {report.entries} runs ({human_bytes(report.bytes)})"))  # fmt: skip
+    emit_line({"purged": report.entries, "bytes": report.bytes},
+              f"purged {report.entries} runs ({human_bytes(report.bytes)})",
+              as_json=as_json)  # fmt: skip

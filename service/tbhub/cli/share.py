@@ -11,8 +11,8 @@ from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
+    emit_line,
     handle_errors,
-    out_console,
     print_table,
     runtime_settings,
     time_column,
@@ -44,9 +44,9 @@ def create(
             actor=ACTOR,
         )  # fmt: skip
         result = {**share_links.describe(link), "url": f"{settings.public_url}/share/{token}"}
-    emit(result, as_json=as_json, human=lambda: out_console.print(
-        f"{result['url']}\n(read-only, {project} only, until {result['expires_at']}; shown "
-        "once: copy it now)", highlight=False))  # fmt: skip
+    emit_line(result, f"{result['url']}\n(read-only, {project} only, until "
+              f"{result['expires_at']}; shown once: copy it now)", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @app.command("list")
@@ -74,5 +74,5 @@ def revoke(project: str, link_id: int, as_json: bool = JsonOption) -> None:
     """Stop a link (on the board within ~15 s of the running server's caches)."""
     with db_session(runtime_settings()) as session:
         share_links.revoke_link(session, project=project, link_id=link_id, actor=ACTOR)
-    emit({"id": link_id, "state": "revoked"}, as_json=as_json,
-         human=lambda: out_console.print(f"revoked share link {link_id} of {project}"))  # fmt: skip
+    emit_line({"id": link_id, "state": "revoked"}, f"revoked share link {link_id} of {project}",
+              as_json=as_json)  # fmt: skip

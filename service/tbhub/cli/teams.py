@@ -11,8 +11,8 @@ from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
+    emit_line,
     handle_errors,
-    out_console,
     print_table,
     runtime_settings,
 )
@@ -22,17 +22,13 @@ app = typer.Typer(help="Teams: people who get project roles together.", no_args_
 ACTOR = "cli"
 
 
-def _done(as_json: bool, result: dict[str, object], message: str) -> None:
-    emit(result, as_json=as_json, human=lambda: out_console.print(message, highlight=False))
-
-
 @app.command("create")
 @handle_errors
 def create(name: str, as_json: bool = JsonOption) -> None:
     """Create a team."""
     with db_session(runtime_settings()) as session:
         teams.create_team(session, name=name, actor=ACTOR)
-    _done(as_json, {"team": name}, f"created team {name}")
+    emit_line({"team": name}, f"created team {name}", as_json=as_json, highlight=False)
 
 
 @app.command("delete")
@@ -41,7 +37,9 @@ def delete(name: str, as_json: bool = JsonOption) -> None:
     """Delete a team: its members lose the roles they had through it."""
     with db_session(runtime_settings()) as session:
         teams.delete_team(session, name=name, actor=ACTOR)
-    _done(as_json, {"team": name, "deleted": True}, f"deleted team {name}")
+    emit_line(
+        {"team": name, "deleted": True}, f"deleted team {name}", as_json=as_json, highlight=False
+    )
 
 
 @app.command("add-member")
@@ -50,7 +48,9 @@ def add_member(team: str, user: str, as_json: bool = JsonOption) -> None:
     """Add a user to a team."""
     with db_session(runtime_settings()) as session:
         teams.add_member(session, team=team, user=user, actor=ACTOR)
-    _done(as_json, {"team": team, "user": user}, f"{user} is in team {team}")
+    emit_line(
+        {"team": team, "user": user}, f"{user} is in team {team}", as_json=as_json, highlight=False
+    )
 
 
 @app.command("remove-member")
@@ -59,7 +59,12 @@ def remove_member(team: str, user: str, as_json: bool = JsonOption) -> None:
     """Take a user out of a team."""
     with db_session(runtime_settings()) as session:
         teams.remove_member(session, team=team, user=user, actor=ACTOR)
-    _done(as_json, {"team": team, "user": user, "removed": True}, f"{user} left team {team}")
+    emit_line(
+        {"team": team, "user": user, "removed": True},
+        f"{user} left team {team}",
+        as_json=as_json,
+        highlight=False,
+    )
 
 
 @app.command("grant")
@@ -73,8 +78,12 @@ def grant(
     """Give a team a role in a project (or change it)."""
     with db_session(runtime_settings()) as session:
         teams.grant(session, project=project, team=team, role=parse_role(role), actor=ACTOR)
-    _done(as_json, {"team": team, "project": project, "role": role},
-          f"team {team} is {role} of {project}")  # fmt: skip
+    emit_line(
+        {"team": team, "project": project, "role": role},
+        f"team {team} is {role} of {project}",
+        as_json=as_json,
+        highlight=False,
+    )
 
 
 @app.command("revoke")
@@ -83,8 +92,12 @@ def revoke(team: str, project: str, as_json: bool = JsonOption) -> None:
     """Take a team's role in a project away."""
     with db_session(runtime_settings()) as session:
         teams.revoke(session, project=project, team=team, actor=ACTOR)
-    _done(as_json, {"team": team, "project": project, "revoked": True},
-          f"team {team} has no role in {project} now")  # fmt: skip
+    emit_line(
+        {"team": team, "project": project, "revoked": True},
+        f"team {team} has no role in {project} now",
+        as_json=as_json,
+        highlight=False,
+    )
 
 
 @app.command("list")

@@ -19,9 +19,9 @@ from tbhub.cli.common import (
     JsonOption,
     db_session,
     emit,
+    emit_line,
     err_console,
     handle_errors,
-    out_console,
     print_table,
     runtime_settings,
     time_column,
@@ -104,4 +104,4 @@ def token_revoke(token_id: int, as_json: bool = JsonOption) -> None:
     with db_session(runtime_settings()) as session:
         token = revoke_token(session, token=get_token(session, token_id), actor=ACTOR)
         result = token_summary(token)
-    emit(result, as_json=as_json, human=lambda: out_console.print(f"revoked token {token_id}"))
+    emit_line(result, f"revoked token {token_id}", as_json=as_json)

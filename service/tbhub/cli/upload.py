@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
-from tbhub.cli.common import JsonOption, emit, err_console, human_bytes, out_console
+from tbhub.cli.common import JsonOption, emit_line, err_console, human_bytes
 from tbhub.cli.runs import ProjectOption
 from tbhub.cli.user import safe_run_name
 from tbhub.client import Client
@@ -65,10 +65,10 @@ def upload(
             ) from None
     result = {"project": project, "run": run_id, "files": report.files,
               "bytes_sent": report.bytes_sent, "skipped": report.skipped}  # fmt: skip
-    emit(result, as_json=as_json, human=lambda: out_console.print(
-        f"run {run_id} of {project}: sent {human_bytes(report.bytes_sent)} in "
-        f"{report.files} file(s)" + (f"; skipped {len(report.skipped)} path(s) the server "
-        "would refuse" if report.skipped else "")))  # fmt: skip
+    skipped = (f"; skipped {len(report.skipped)} path(s) the server would refuse"
+               if report.skipped else "")  # fmt: skip
+    emit_line(result, f"run {run_id} of {project}: sent {human_bytes(report.bytes_sent)} in "
+              f"{report.files} file(s){skipped}", as_json=as_json)  # fmt: skip
 
 
 class Interrupted(TbhubError):

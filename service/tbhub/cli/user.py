@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from tbhub.cli.common import JsonOption, emit, err_console, out_console
+from tbhub.cli.common import JsonOption, emit_line, err_console
 from tbhub.cli.runs import ProjectOption, parse_pairs
 from tbhub.client import Client
 from tbhub.client.config import save_config
@@ -42,8 +42,8 @@ def login(
     path = save_config(client.config.url, token)
     result = {"url": client.config.url, "user": me["user"], "config": str(path),
               "projects": me["projects"]}  # fmt: skip
-    emit(result, as_json=as_json, human=lambda: out_console.print(
-        f"logged in to {client.config.url} as {me['user']}; saved to {path}"))  # fmt: skip
+    emit_line(result, f"logged in to {client.config.url} as {me['user']}; saved to {path}",
+              as_json=as_json)  # fmt: skip
 
 
 def run_command(
