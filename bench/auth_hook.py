@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -37,7 +36,7 @@ from _harness import (
     emit_json,
     log,
     median,
-    spawn,
+    run_wrk,
     temp_dir,
     wait_for,
 )
@@ -45,7 +44,6 @@ from _harness import (
 CONNECTIONS, THREADS = 64, 2
 PATH = "data/environment"
 TARGET_RATIO = 0.95
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 @dataclass
@@ -59,31 +57,15 @@ class Sample:
 
 
 def wrk(url: str, headers: dict[str, str], duration: int, work: Path, label: str) -> Sample:
-    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s", "--latency"]
-    for name, value in headers.items():
-        command += ["-H", f"{name}: {value}"]
     log_name = label.replace("/", "_")
-    run = spawn("wrk", [*command, url], log_path=work / f"wrk-{log_name}.log")
-    try:
-        code = run.process.wait(timeout=duration + 60)
-    finally:
-        run.stop()
-    out = run.log_path.read_text(errors="replace")
-    rate = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
-    if code != 0 or rate is None:
-        raise RuntimeError(f"wrk failed (exit {code}):\n{out}")
-
-    def percentile(p: str) -> float:
-        found = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)", out, re.MULTILINE)
-        if found is None:
-            raise RuntimeError(f"no {p}% latency in wrk's output:\n{out}")
-        return float(found.group(1)) * UNITS[found.group(2)]
-
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    report = run_wrk(url, threads=THREADS, connections=CONNECTIONS, duration=duration,
+                     log_path=work / f"wrk-{log_name}.log", headers=headers,
+                     options=["--latency"])  # fmt: skip
+    assert report.requests_per_s is not None
     kind, index = label.rsplit("-", 1)
-    bad = int(non_2xx.group(1)) if non_2xx else 0
     order = int(index) if index.isdigit() else 0
-    return Sample(kind, order, float(rate.group(1)), percentile("50"), percentile("99"), bad)
+    return Sample(kind, order, report.requests_per_s, report.latency_ms("50"),
+                  report.latency_ms("99"), report.non_2xx_3xx)  # fmt: skip
 
 
 def measure(repeats: int, duration: int) -> list[Sample]:

@@ -43,13 +43,13 @@ import httpx
 
 from _harness import (
     PROJECT,
-    Group,
     Tbhub,
     cached_logdir,
     emit_json,
     log,
     median,
-    spawn,
+    start_wrk,
+    stop_wrk,
     temp_dir,
     wait_for,
 )
@@ -97,30 +97,6 @@ def served_by(client: httpx.Client, url: str) -> str | None:
 def only_instance(tbhub: Tbhub) -> str | None:
     state = board_state(tbhub)
     return str(state["instance_id"]) if state else None
-
-
-def start_wrk(url: str, cookie: str, work: Path, label: str) -> Group:
-    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", "-d3600s", "--timeout", "30s",
-               "-H", f"Cookie: tbhub_session={cookie}", url]  # fmt: skip
-    return spawn(f"wrk {label}", command, log_path=work / f"wrk-{label}.log")
-
-
-def stop_wrk(wrk: Group, side: Side) -> None:
-    """wrk prints its summary when it gets SIGINT."""
-    stop_group(wrk.ref, grace=10.0, signals=(signal.SIGINT, signal.SIGKILL))
-    text = wrk.log_path.read_text()
-    requests = re.search(r"(\d+) requests in", text)
-    side.requests = int(requests.group(1)) if requests else 0
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-    errors = re.search(
-        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text
-    )
-    side.failed = (int(non_2xx.group(1)) if non_2xx else 0) + (
-        sum(int(n) for n in errors.groups()) if errors else 0
-    )
-    side.detail = (
-        " ".join(m.group(0) for m in (non_2xx, errors) if m is not None) or "no errors reported"
-    )
 
 
 def one_memory_restart(tbhub: Tbhub, leak: httpx.Client, poll: httpx.Client, side: Side) -> None:
@@ -181,7 +157,11 @@ def run(restarts: int) -> dict[str, object]:
                 wait_for(lambda: served_by(poll, tbhub.board_url("data/environment")) is not None,
                          timeout=120, what="the board to serve")  # fmt: skip
                 for side in sides:
-                    wrk = start_wrk(tbhub.board_url("data/runs"), cookie, work, side.name)
+                    wrk = start_wrk(tbhub.board_url("data/runs"), threads=THREADS,
+                                    connections=CONNECTIONS, duration=3600,
+                                    log_path=work / f"wrk-{side.name}.log",
+                                    headers={"Cookie": f"tbhub_session={cookie}"},
+                                    options=["--timeout", "30s"])  # fmt: skip
                     try:
                         time.sleep(2)
                         for index in range(restarts):
@@ -192,7 +172,9 @@ def run(restarts: int) -> dict[str, object]:
                             log(f"  {side.name}: restart {index + 1}/{restarts} done")
                         time.sleep(2)
                     finally:
-                        stop_wrk(wrk, side)
+                        report = stop_wrk(wrk)
+                    side.requests, side.failed = report.requests or 0, report.failed
+                    side.detail = report.failures
                     log(f"{side.name}: {side.failed} failed of {side.requests} ({side.detail})")
             starts = board_start_times(tbhub)
         finally:

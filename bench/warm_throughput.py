@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -49,13 +48,14 @@ from _harness import (
     PROJECT,
     TBHUB_BIN,
     Tbhub,
+    WrkReport,
     answers_200,
     cached_logdir,
     docker_boards,
     emit_json,
     log,
     median,
-    spawn,
+    run_wrk,
     temp_dir,
     wait_for,
 )
@@ -77,33 +77,10 @@ class WrkResult:
     serve_cpu_s: float | None = None  # CPU time of `tbhub serve` during the run
 
 
-def run_wrk(
-    url: str, cookie: str, duration: int, work: Path, label: str
-) -> tuple[float, int, int, str | None]:
-    """requests/s, requests, non-2xx/3xx answers and socket errors of one wrk run."""
-    command = [
-        "wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{duration}s",
-        "-H", f"Cookie: tbhub_session={cookie}",
-        url,
-    ]  # fmt: skip
-    wrk = spawn("wrk", command, log_path=work / f"wrk-{label}.log")
-    try:
-        code = wrk.process.wait(timeout=duration + 60)
-    finally:
-        wrk.stop()
-    output = wrk.log_path.read_text(errors="replace")
-    rate = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.MULTILINE)
-    total = re.search(r"^\s*(\d+) requests in", output, re.MULTILINE)
-    if code != 0 or rate is None or total is None:
-        raise RuntimeError(f"wrk failed (exit {code}):\n{output}")
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    errors = re.search(r"Socket errors:\s+(.+)", output)
-    return (
-        float(rate.group(1)),
-        int(total.group(1)),
-        int(non_2xx.group(1)) if non_2xx else 0,
-        errors.group(1).strip() if errors else None,
-    )
+def wrk(url: str, cookie: str, duration: int, work: Path, label: str) -> WrkReport:
+    return run_wrk(url, threads=THREADS, connections=CONNECTIONS, duration=duration,
+                   log_path=work / f"wrk-{label}.log",
+                   headers={"Cookie": f"tbhub_session={cookie}"})  # fmt: skip
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -161,14 +138,15 @@ def measure_with(
             log(f"direct: {direct_url}\nnginx:  {nginx_url}")
             for kind, url in urls.items():
                 for i in range(warmup):
-                    run_wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}")
+                    wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}")
             for index in range(1, repeats + 1):
                 for kind, url in urls.items():
                     cpu_before = cpu_seconds(serve)
-                    rate, total, non_2xx, errors = run_wrk(
-                        url, cookie, duration, work, f"{kind}-{index}"
-                    )
+                    report = wrk(url, cookie, duration, work, f"{kind}-{index}")
                     cpu = cpu_seconds(serve) - cpu_before
+                    rate, total = report.requests_per_s, report.requests
+                    non_2xx, errors = report.non_2xx_3xx, report.socket_errors
+                    assert rate is not None and total is not None
                     result = WrkResult(
                         kind, index, rate, total, non_2xx, errors,
                         serve_cpu_s=round(cpu, 2) if kind == "nginx" else None,
