@@ -30,7 +30,7 @@ from tbhub.errors import Forbidden, TbhubError
 from tbhub.jobs.backup import backup_status, last_runs, recovery_point_age
 from tbhub.models import User
 from tbhub.storage.report import storage_report
-from tbhub.web.render import WebUser, attempt, check_form_token, done, page
+from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page, page
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 AUDIT_PAGE = 50
@@ -147,10 +147,8 @@ def _users(
     form: dict[str, Any] | None = None,
 ) -> Response:  # fmt: skip
     """The users page; after a refused form, with the reason (and the form as it was sent)."""
-    values = {"accounts": users.list_users(session), "error": error.message if error else None,
-              "form": form or {}}  # fmt: skip
-    status = error.http_status if error is not None else 200
-    return page(request, "admin/users.html", values, user=user, status_code=status)
+    values = {"accounts": users.list_users(session), "form": form or {}}
+    return form_page(request, "admin/users.html", values, user=user, error=error)
 
 
 @router.get("/users")

@@ -21,7 +21,7 @@ from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep, UserNa
 from tbhub.errors import TbhubError
 from tbhub.models import Role, User
 from tbhub.projects import list_members, remove_membership, set_membership
-from tbhub.web.render import WebUser, attempt, check_form_token, done, page
+from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -40,11 +40,9 @@ def _show(
         "members": list_members(session, project=project),
         "teams": teams.project_teams(session, project=project),
         "roles": [r.value for r in Role],
-        "error": error.message if error else None,
         "form": form or {},
     }
-    status = error.http_status if error else 200
-    return page(request, "members.html", values, user=user, status_code=status)
+    return form_page(request, "members.html", values, user=user, error=error)
 
 
 def _act(

@@ -89,6 +89,20 @@ def page(
     return response
 
 
+def form_page(
+    request: Request, name: str, context: dict[str, Any], *, user: User,
+    error: TbhubError | None = None, secret_shown: bool = False,
+) -> Response:  # fmt: skip
+    """A page of forms: after a refused action, its reason (`error` in the template) with the
+    error's status; a page that shows a new secret once is never stored by the browser."""
+    status = error.http_status if error is not None else 200
+    response = page(request, name, {**context, "error": error.message if error else None},
+                    user=user, status_code=status)  # fmt: skip
+    if secret_shown:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def header_user(request: Request) -> User | None:
     """The signed-in user for a page rendered outside a route (an error page): the cookie is
     checked first, so only a signed-in browser costs one read by primary key; None when

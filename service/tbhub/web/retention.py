@@ -19,7 +19,7 @@ from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.errors import TbhubError
 from tbhub.jobs import retention, trash
 from tbhub.models import Role, User
-from tbhub.web.render import WebUser, attempt, check_form_token, done, page
+from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -62,7 +62,6 @@ def _show(
             for e in trash.project_trash(session, project=project)
         ],
         "grace_days": context.settings.trash_grace_days,
-        "error": error.message if error else None,
         "gib": GIB,
         "shown_plan_runs": SHOWN_PLAN_RUNS,
     }
@@ -70,8 +69,7 @@ def _show(
         values["policy"] = retention.describe_policy(session, context.settings, project=project)
         [values["plan"]] = retention.plan_retention(context.factory, context.settings,
                                                     project=project)  # fmt: skip
-    status = error.http_status if error else 200
-    return page(request, "retention.html", values, user=user, status_code=status)
+    return form_page(request, "retention.html", values, user=user, error=error)
 
 
 @router.get("/projects/{name}/retention")

@@ -18,7 +18,7 @@ from tbhub.bounds import INT32_MAX, SHORT_TEXT_MAX, TOKEN_MAX
 from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.errors import TbhubError
 from tbhub.models import Role, User
-from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, page
+from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, form_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -43,15 +43,13 @@ def _show(
             for k in share_links.list_links(session, project=project)
         ],
         "created": created,
-        "error": error.message if error else None,
         "form": form or {"expires": "168"},
         "max_days": share_links.MAX_DAYS,
     }
-    status = error.http_status if error else 200
-    response = page(request, "share_links.html", values, user=user, status_code=status)
-    if created:  # the link's secret is on this page
-        response.headers["Cache-Control"] = "no-store"
-    return response
+    # The link's secret is on this page.
+    return form_page(
+        request, "share_links.html", values, user=user, error=error, secret_shown=bool(created)
+    )
 
 
 @router.get("/projects/{name}/share")

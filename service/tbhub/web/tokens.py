@@ -30,7 +30,7 @@ from tbhub.deps import AppContext, ContextDep, SessionDep
 from tbhub.errors import TbhubError
 from tbhub.models import Role, TokenScope, User
 from tbhub.projects import visible_projects
-from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, page
+from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, form_page
 
 router = APIRouter(include_in_schema=False)
 
@@ -60,17 +60,15 @@ def _show(
         "projects": projects,
         "created": created,
         "public_url": context.settings.public_url,
-        "error": error.message if error else None,
         "form": form or {"scope": "write", "expires": "90", "projects": []},
         "min_days": MIN_TOKEN_DAYS,
         "max_days": MAX_TOKEN_DAYS,
         "now": datetime.now(UTC),
     }
-    status = error.http_status if error else 200
-    response = page(request, "tokens.html", values, user=user, status_code=status)
-    if created:  # the secret is on this page: never keep a copy of it anywhere
-        response.headers["Cache-Control"] = "no-store"
-    return response
+    # The secret is on this page: never keep a copy of it anywhere.
+    return form_page(
+        request, "tokens.html", values, user=user, error=error, secret_shown=bool(created)
+    )
 
 
 @router.get("/settings/tokens")
