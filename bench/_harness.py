@@ -7,13 +7,14 @@
   with a user and a project created through the `tbhub admin` CLI and a signed-in session;
 - a bare TensorBoard on the same logdir, for comparison;
 - wrk runs and what their output says;
-- small statistics and report helpers.
+- the command line, rounds of measurements (warm-up first), small statistics and reports.
 
 Everything listens on and talks to 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -29,9 +30,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
 import httpx
 
@@ -296,6 +297,33 @@ class Tbhub:
             except RuntimeError as exc:
                 raise RuntimeError(f"{exc}; its log ends:\n{server.log_tail()}") from None
 
+    def alive(self) -> bool:
+        """`tbhub serve` runs."""
+        return self.server is not None and self.server.alive()
+
+    def log_tail(self) -> str:
+        return self.server.log_tail() if self.server is not None else ""
+
+    @contextlib.contextmanager
+    def serving(self, prepare: Callable[[], object] = lambda: None) -> Iterator[Tbhub]:
+        """`set_up()`, `prepare()`, `start()`; stopped at the end. A RuntimeError on the way
+        carries the end of serve's log."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.set_up()
+            prepare()
+            self.start()
+            yield self
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; tbhub serve's log ends:\n{self.log_tail()}") from None
+        finally:
+            self.stop()
+
+    def browser(self, cookie: str, *, timeout: float = 5.0) -> httpx.Client:
+        """A client with a signed-in session that asks for JSON, as a board's page does."""
+        headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
+        return httpx.Client(timeout=timeout, headers=headers)
+
     def wait_for_zygote(self, timeout: float = 60.0) -> float:
         """Wait until the board zygote listens (it binds its socket once its imports are done)."""
         sock = self.data_dir / "zygote" / "zygote.sock"
@@ -436,6 +464,28 @@ def bare_tensorboard(logdir: Path, port: int, log_path: Path) -> Group:
     return spawn("tensorboard", command, log_path=log_path)
 
 
+def ready_bare_tensorboard(
+    logdir: Path, names: Sequence[str], log_path: Path, *, timeout: float, interval: float = 0.05
+) -> tuple[Group, float]:
+    """A bare TensorBoard on `logdir` once its /data/runs lists every run in `names`, and the
+    seconds from spawning it to that answer. Stopped if it does not get there."""
+    port = free_port()
+    url = f"http://{HOST}:{port}/data/runs"
+    started = time.monotonic()
+    board = bare_tensorboard(logdir, port, log_path)
+    try:
+        with httpx.Client(timeout=5.0) as client:
+            what = f"bare TensorBoard to list {len(names)} runs"
+            wait_for(runs_listed(client, url, names), timeout=timeout, what=what,
+                     interval=interval, alive=board.alive)  # fmt: skip
+        return board, time.monotonic() - started
+    except BaseException as exc:
+        board.stop()
+        if isinstance(exc, RuntimeError):
+            raise RuntimeError(f"{exc}; its log ends:\n{board.log_tail()}") from None
+        raise
+
+
 # -- wrk --------------------------------------------------------------------------------------
 
 WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -529,6 +579,92 @@ def run_wrk(
     return report
 
 
+# -- command line and rounds ------------------------------------------------------------------
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low`."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}")
+        return value
+
+    return parse
+
+
+def subset_of(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma-separated, non-empty subset of `allowed`, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        chosen = [name for name in text.split(",") if name]
+        if not chosen or set(chosen) - set(allowed):
+            raise argparse.ArgumentTypeError(f"takes a comma-separated subset of {allowed}")
+        return chosen
+
+    return parse
+
+
+def arguments(
+    doc: str, *, runs: int | None = None, warmup: int | None = None, json: bool = True,
+    tbhub_bin: bool = False,
+) -> argparse.ArgumentParser:  # fmt: skip
+    """A benchmark's parser, described by the first paragraph of its docstring, with the
+    options it shares with others: --runs, --warmup (given their defaults), --json, and
+    --tbhub-bin (the executable to measure, for A/B tests)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if runs is not None:
+        parser.add_argument("--runs", type=at_least(1), default=runs, help="measured runs")
+    if warmup is not None:
+        parser.add_argument(
+            "--warmup", type=at_least(0), default=warmup, help="unmeasured rounds first"
+        )
+    if json:
+        parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    if tbhub_bin:
+        parser.add_argument(
+            "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"
+        )
+    return parser
+
+
+S = TypeVar("S")
+
+
+def measure_rounds(
+    repeats: int, warmup: int, measure: Callable[[int, str], list[S]],
+    describe: Callable[[S], str], noun: str = "run",
+) -> list[S]:  # fmt: skip
+    """`warmup` unmeasured rounds (index <= 0), then rounds 1..`repeats`; each round's samples
+    logged, the measured ones returned. `measure(index, label)`: `label` names the round in
+    file names ("3", "warmup0")."""
+    samples: list[S] = []
+    for index in range(1 - warmup, repeats + 1):
+        label = f"{index}" if index > 0 else f"warmup{-index}"
+        measured = measure(index, label)
+        tag = "warm-up" if index <= 0 else f"{noun} {index}/{repeats}"
+        log(f"{tag}: " + ", ".join(describe(sample) for sample in measured))
+        if index > 0:
+            samples += measured
+    return samples
+
+
+class Kinded(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+K = TypeVar("K", bound=Kinded)
+
+
+def medians(
+    samples: Sequence[K], kinds: Sequence[str], value: Callable[[K], float]
+) -> dict[str, float]:
+    """The median `value` of the samples of each kind."""
+    return {kind: median([value(s) for s in samples if s.kind == kind]) for kind in kinds}
+
+
 # -- reporting --------------------------------------------------------------------------------
 
 
@@ -549,3 +685,13 @@ def percentile(values: Sequence[float], q: float) -> float:
 def emit_json(data: dict[str, Any], stream: IO[str] = sys.stdout) -> None:
     json.dump(data, stream, indent=2)
     stream.write("\n")
+
+
+def emit_report(
+    benchmark: str, *, data: dict[str, Any], samples: Sequence[Any], n: int, summary: str,
+    **figures: Any,
+) -> None:  # fmt: skip
+    """A benchmark's results as JSON: its name, the data it ran on, every sample (dataclasses),
+    its `figures`, the number of measured runs and the one-line summary."""
+    emit_json({"benchmark": benchmark, "data": data, "samples": [asdict(s) for s in samples],
+               **figures, "n": n, "summary": summary})  # fmt: skip

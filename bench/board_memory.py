@@ -26,37 +26,35 @@ Needs nginx. Uses ports 19000-19499 on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 
 from _harness import (
     USER,
     Group,
     Tbhub,
-    bare_tensorboard,
+    arguments,
+    at_least,
     cached_logdir,
-    emit_json,
-    free_port,
-    log,
-    median,
-    runs_listed,
+    emit_report,
+    measure_rounds,
+    medians,
+    ready_bare_tensorboard,
+    subset_of,
     temp_dir,
-    wait_for,
 )
+from cold_start import TIMEOUT, time_to_runs
 
 RUNS, STEPS, TAGS = 20, 5000, 5
 TARGET_RATIO = {"zygote": 0.75}
 SETTLE_SECONDS = 2.0
-TIMEOUT = 180.0
 
 
 @dataclass
@@ -66,6 +64,9 @@ class Sample:
     total_mib: float
     boards_mib: list[float]
     helper_mib: float = 0.0  # the zygote
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.total_mib:.0f} MiB"
 
 
 def pss_bytes(pid: int) -> int:
@@ -96,17 +97,9 @@ def mib(value: float) -> float:
 def measure_bare(logdirs: Sequence[Path], names: Sequence[str], work: Path, label: str) -> Sample:
     boards: list[Group] = []
     try:
-        with httpx.Client(timeout=5.0) as client:
-            for index, logdir in enumerate(logdirs):
-                port = free_port()
-                board = bare_tensorboard(logdir, port, work / f"bare-{label}-{index}.log")
-                boards.append(board)
-                wait_for(
-                    runs_listed(client, f"http://127.0.0.1:{port}/data/runs", names),
-                    timeout=TIMEOUT,
-                    what=f"bare TensorBoard {index} to list its runs",
-                    alive=board.alive,
-                )
+        for index, logdir in enumerate(logdirs):
+            log_path = work / f"bare-{label}-{index}.log"
+            boards.append(ready_bare_tensorboard(logdir, names, log_path, timeout=TIMEOUT)[0])
         time.sleep(SETTLE_SECONDS)
         sizes = [tree_pss_bytes(board.pid) for board in boards]
         return Sample("bare", 0, mib(sum(sizes)), [mib(s) for s in sizes])
@@ -124,23 +117,16 @@ def measure_tbhub(
         storage_root=storage,
         extra_env={"TBHUB_BOARD_LAUNCHER": launcher, "TBHUB_IDLE_TIMEOUT": "3600"},
     )
-    hub.root.mkdir()
-    try:
-        hub.set_up()
+
+    def create_projects() -> None:
         for project in projects[1:]:  # set_up created the first one
             hub.cli("admin", "project", "create", project, "--owner", USER)
-        hub.start()
+
+    with hub.serving(prepare=create_projects):
         cookie = hub.sign_in()
-        headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
-        with httpx.Client(timeout=5.0, headers=headers) as client:
-            for project in projects:
-                url = f"{hub.base_url}/boards/{project}/data/runs"
-                wait_for(
-                    runs_listed(client, url, names),
-                    timeout=TIMEOUT,
-                    what=f"board {project} to list its runs",
-                    alive=lambda: hub.server is not None and hub.server.alive(),
-                )
+        for project in projects:
+            url = f"{hub.base_url}/boards/{project}/data/runs"
+            time_to_runs(hub, cookie, url, names, f"board {project} to list its runs")
         time.sleep(SETTLE_SECONDS)
         states = [json.loads(p.read_text()) for p in hub.data_dir.glob("boards/*.json")]
         if sorted(s["project"] for s in states) != sorted(projects):
@@ -155,24 +141,18 @@ def measure_tbhub(
             )
         total = sum(sizes) + helper
         return Sample(launcher, 0, mib(total), [mib(s) for s in sizes], mib(helper))
-    except RuntimeError as exc:
-        tail = hub.server.log_tail() if hub.server is not None else ""
-        raise RuntimeError(f"{exc}; tbhub serve's log ends:\n{tail}") from None
-    finally:
-        hub.stop()
 
 
 def run(rounds: int, warmup: int, boards: int, launchers: Sequence[str]) -> list[Sample]:
     cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     projects = ["bench", *(f"bench-{i:02d}" for i in range(1, boards))]
-    samples: list[Sample] = []
     with temp_dir("tbhub-bench-memory.") as work:
         storage = work / "storage"
         for project in projects:
             shutil.copytree(cached, storage / project, copy_function=os.link)
         logdirs = [storage / project for project in projects]
-        for index in range(1 - warmup, rounds + 1):
-            label = f"{index}" if index > 0 else f"warmup{-index}"
+
+        def one_round(index: int, label: str) -> list[Sample]:
             order = ["bare", *launchers]
             if index % 2 == 0:
                 order.reverse()
@@ -184,38 +164,33 @@ def run(rounds: int, warmup: int, boards: int, launchers: Sequence[str]) -> list
                     sample = measure_tbhub(storage, projects, names, work, label, kind)
                 sample.round = index
                 measured.append(sample)
-            tag = "warm-up" if index <= 0 else f"round {index}/{rounds}"
-            log(f"{tag}: " + ", ".join(f"{s.kind} {s.total_mib:.0f} MiB" for s in measured))
-            if index > 0:
-                samples += measured
-    return samples
+            return measured
+
+        return measure_rounds(rounds, warmup, one_round, str, noun="round")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (>= 1)")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
+    parser = arguments(__doc__, warmup=1)
+    parser.add_argument("--rounds", type=at_least(1), default=3, help="measured rounds")
     parser.add_argument("--boards", type=int, default=10, help="live boards per side (1-40)")
     parser.add_argument(
-        "--launchers", default="zygote,exec", help="tbhub launchers to measure, comma-separated"
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+        "--launchers", type=subset_of(["exec", "zygote"]), default=["zygote", "exec"],
+        help="tbhub launchers to measure, comma-separated",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    launchers = [name for name in args.launchers.split(",") if name]
-    if args.rounds < 1 or args.warmup < 0 or not 1 <= args.boards <= 40:
-        parser.error("--rounds must be >= 1, --warmup >= 0 and --boards 1-40")
-    if not launchers or set(launchers) - {"zygote", "exec"}:
-        parser.error("--launchers takes a comma-separated subset of exec,zygote")
+    launchers = args.launchers
+    if not 1 <= args.boards <= 40:
+        parser.error("--boards takes 1-40")
 
     samples = run(args.rounds, args.warmup, args.boards, launchers)
     kinds = ["bare", *launchers]
-    medians = {k: median([s.total_mib for s in samples if s.kind == k]) for k in kinds}
-    ratios = {launcher: medians[launcher] / medians["bare"] for launcher in launchers}
+    median_mib = medians(samples, kinds, lambda s: s.total_mib)
+    ratios = {launcher: median_mib[launcher] / median_mib["bare"] for launcher in launchers}
     summary = (
-        f"board_memory: {args.boards} boards, bare median {medians['bare']:.0f} MiB; "
+        f"board_memory: {args.boards} boards, bare median {median_mib['bare']:.0f} MiB; "
         + (
             "; ".join(
-                f"{launcher} median {medians[launcher]:.0f} MiB, ratio {ratios[launcher]:.2f}x"
+                f"{launcher} median {median_mib[launcher]:.0f} MiB, ratio {ratios[launcher]:.2f}x"
                 + (f" (target <= {TARGET_RATIO[launcher]}x)" if launcher in TARGET_RATIO else "")
                 for launcher in launchers
             )
@@ -223,17 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         + f" (n={args.rounds})"
     )
     if args.json:
-        emit_json(
-            {
-                "benchmark": "board_memory",
-                "data": {"runs": RUNS, "steps": STEPS, "tags": TAGS, "boards": args.boards},
-                "samples": [asdict(s) for s in samples],
-                "median_mib": medians,
-                "ratio": ratios,
-                "target_ratio_max": TARGET_RATIO,
-                "n": args.rounds,
-                "summary": summary,
-            }
+        emit_report(
+            "board_memory",
+            data={"runs": RUNS, "steps": STEPS, "tags": TAGS, "boards": args.boards},
+            samples=samples,
+            median_mib=median_mib,
+            ratio=ratios,
+            target_ratio_max=TARGET_RATIO,
+            n=args.rounds,
+            summary=summary,
         )
         return 0
     print(f"{'round':>5} " + " ".join(f"{kind + ' MiB':>11}" for kind in kinds))

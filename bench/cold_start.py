@@ -34,26 +34,22 @@ Needs nginx on PATH (or in /usr/sbin). Uses ports 19000-19499 on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from _harness import (
     PROJECT,
-    TBHUB_BIN,
     Tbhub,
-    bare_tensorboard,
+    arguments,
     cached_logdir,
-    emit_json,
-    free_port,
-    log,
-    median,
+    emit_report,
+    measure_rounds,
+    medians,
+    ready_bare_tensorboard,
     runs_listed,
+    subset_of,
     temp_dir,
     wait_for,
 )
@@ -62,6 +58,7 @@ RUNS, STEPS, TAGS = 20, 5000, 5
 POLL_INTERVAL = 0.05
 TIMEOUT = 180.0
 TARGET_RATIO = {"exec": 1.3, "zygote": 0.6}
+DATA = {"runs": RUNS, "steps": STEPS, "tags": TAGS}  # what the JSON reports say of the data
 
 
 @dataclass
@@ -70,27 +67,26 @@ class Sample:
     index: int  # 0 for the warm-up pair, then 1..n
     seconds: float
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.seconds:.2f}s"
+
 
 def measure_bare(logdir: Path, names: Sequence[str], work: Path, label: str) -> float:
     """Seconds from spawning TensorBoard to /data/runs listing every run."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/data/runs"
-    started = time.monotonic()
-    board = bare_tensorboard(logdir, port, work / f"bare-{label}.log")
-    try:
-        with httpx.Client(timeout=5.0) as client:
-            wait_for(
-                runs_listed(client, url, names),
-                timeout=TIMEOUT,
-                what=f"bare TensorBoard to list {len(names)} runs",
-                interval=POLL_INTERVAL,
-                alive=board.alive,
-            )
-        return time.monotonic() - started
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}; its log ends:\n{board.log_tail()}") from None
-    finally:
-        board.stop()
+    log_path = work / f"bare-{label}.log"
+    board, seconds = ready_bare_tensorboard(
+        logdir, names, log_path, timeout=TIMEOUT, interval=POLL_INTERVAL
+    )
+    board.stop()
+    return seconds
+
+
+def time_to_runs(hub: Tbhub, cookie: str, url: str, names: Sequence[str], what: str) -> float:
+    """Seconds from the first signed-in GET of `url` (a board's /data/runs through nginx) to
+    the first that answers 200 listing every run in `names`."""
+    with hub.browser(cookie) as client:
+        return wait_for(runs_listed(client, url, names), timeout=TIMEOUT, what=what,
+                        interval=POLL_INTERVAL, alive=hub.alive)  # fmt: skip
 
 
 def measure_tbhub(
@@ -105,111 +101,80 @@ def measure_tbhub(
         tbhub_bin=tbhub_bin,
         extra_env={"TBHUB_BOARD_LAUNCHER": launcher, **(extra_env or {})},
     )
-    hub.root.mkdir()
-    try:
-        hub.set_up()
-        hub.start()
+    with hub.serving():
         if launcher == "zygote":
             hub.wait_for_zygote()
         cookie = hub.sign_in()
         running = list(hub.data_dir.glob("boards/*.json"))
         if running:
             raise RuntimeError(f"the board is not cold: state files {running} exist already")
-        headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
-        with httpx.Client(timeout=5.0, headers=headers) as client:
-            started = time.monotonic()
-            wait_for(
-                runs_listed(client, hub.board_url("data/runs"), names),
-                timeout=TIMEOUT,
-                what=f"tbhub to list {len(names)} runs",
-                interval=POLL_INTERVAL,
-                alive=lambda: hub.server is not None and hub.server.alive(),
-            )
-            return time.monotonic() - started
-    except RuntimeError as exc:
-        tail = hub.server.log_tail() if hub.server is not None else ""
-        raise RuntimeError(f"{exc}; tbhub serve's log ends:\n{tail}") from None
-    finally:
-        hub.stop()
+        url = hub.board_url("data/runs")
+        return time_to_runs(hub, cookie, url, names, f"tbhub to list {len(names)} runs")
+
+
+def print_runs(samples: Sequence[Sample], kinds: Sequence[str], runs: int) -> None:
+    """A table of every measured run's seconds, a column per kind."""
+    widths = {kind: max(9, len(kind) + 3) for kind in kinds}
+    print(f"{'run':>4} " + " ".join(f"{kind + ' s':>{widths[kind]}}" for kind in kinds))
+    for index in range(1, runs + 1):
+        row = {s.kind: s.seconds for s in samples if s.index == index}
+        print(f"{index:>4} " + " ".join(f"{row[kind]:{widths[kind]}.2f}" for kind in kinds))
 
 
 def run(repeats: int, warmup: int, tbhub_bin: str, launchers: Sequence[str]) -> list[Sample]:
     cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
-    samples: list[Sample] = []
     with temp_dir("tbhub-bench-cold.") as work:
         storage = work / "storage"
         logdir = storage / PROJECT
         shutil.copytree(cached, logdir)
-        for index in range(1 - warmup, repeats + 1):
-            label = f"{index}" if index > 0 else f"warmup{-index}"
-            tag = "warm-up" if index <= 0 else f"run {index}/{repeats}"
+
+        def one_round(index: int, label: str) -> list[Sample]:
             measured = [Sample("bare", index, measure_bare(logdir, names, work, label))]
             for launcher in launchers:
                 seconds = measure_tbhub(storage, names, work, label, tbhub_bin, launcher)
                 measured.append(Sample(launcher, index, seconds))
-            log(f"{tag}: " + ", ".join(f"{s.kind} {s.seconds:.2f}s" for s in measured))
-            if index > 0:
-                samples += measured
-    return samples
+            return measured
+
+        return measure_rounds(repeats, warmup, one_round, str)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="measured runs of each (>= 1)")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
+    parser = arguments(__doc__, runs=5, warmup=1, tbhub_bin=True)
     parser.add_argument(
-        "--launchers",
-        default="exec,zygote",
+        "--launchers", type=subset_of(sorted(TARGET_RATIO)), default=["exec", "zygote"],
         help="tbhub board launchers to measure, comma-separated",
-    )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument(
-        "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"
-    )
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    launchers = [name for name in args.launchers.split(",") if name]
-    if args.runs < 1 or args.warmup < 0:
-        parser.error("--runs must be >= 1 and --warmup >= 0")
-    if not launchers or set(launchers) - set(TARGET_RATIO):
-        parser.error(f"--launchers takes a comma-separated subset of {sorted(TARGET_RATIO)}")
-
+    launchers = args.launchers
     samples = run(args.runs, args.warmup, args.tbhub_bin, launchers)
-    medians = {
-        kind: median([s.seconds for s in samples if s.kind == kind])
-        for kind in ["bare", *launchers]
-    }
-    ratios = {launcher: medians[launcher] / medians["bare"] for launcher in launchers}
+    kinds = ["bare", *launchers]
+    median_s = medians(samples, kinds, lambda s: s.seconds)
+    ratios = {launcher: median_s[launcher] / median_s["bare"] for launcher in launchers}
     summary = (
-        f"cold_start: bare median {medians['bare']:.2f}s; "
+        f"cold_start: bare median {median_s['bare']:.2f}s; "
         + "; ".join(
-            f"{launcher} median {medians[launcher]:.2f}s, ratio {ratios[launcher]:.2f}x "
+            f"{launcher} median {median_s[launcher]:.2f}s, ratio {ratios[launcher]:.2f}x "
             f"(target <= {TARGET_RATIO[launcher]}x)"
             for launcher in launchers
         )
         + f" (n={args.runs})"
     )
     if args.json:
-        emit_json(
-            {
-                "benchmark": "cold_start",
-                "data": {"runs": RUNS, "steps": STEPS, "tags": TAGS},
-                "samples": [asdict(s) for s in samples],
-                "median_s": medians,
-                "ratio": ratios,
-                "target_ratio_max": {launcher: TARGET_RATIO[launcher] for launcher in launchers},
-                "target_met": {
-                    launcher: ratios[launcher] <= TARGET_RATIO[launcher] for launcher in launchers
-                },
-                "n": args.runs,
-                "summary": summary,
-            }
+        emit_report(
+            "cold_start",
+            data=DATA,
+            samples=samples,
+            median_s=median_s,
+            ratio=ratios,
+            target_ratio_max={launcher: TARGET_RATIO[launcher] for launcher in launchers},
+            target_met={
+                launcher: ratios[launcher] <= TARGET_RATIO[launcher] for launcher in launchers
+            },
+            n=args.runs,
+            summary=summary,
         )
         return 0
-    kinds = ["bare", *launchers]
-    print(f"{'run':>4} " + " ".join(f"{kind + ' s':>9}" for kind in kinds))
-    for index in range(1, args.runs + 1):
-        row = {s.kind: s.seconds for s in samples if s.index == index}
-        print(f"{index:>4} " + " ".join(f"{row[kind]:9.2f}" for kind in kinds))
+    print_runs(samples, kinds, args.runs)
     for launcher in launchers:
         verdict = "met" if ratios[launcher] <= TARGET_RATIO[launcher] else "MISSED"
         print(f"target: {launcher} ratio <= {TARGET_RATIO[launcher]:.1f}x: {verdict}")

@@ -30,28 +30,24 @@ Needs nginx on PATH (or in /usr/sbin). Ports from TBHUB_BENCH_PORTS (default 190
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import httpx
 
 from _harness import (
-    TBHUB_BIN,
     USER,
     Tbhub,
+    arguments,
     cached_logdir,
-    emit_json,
-    log,
-    median,
-    runs_listed,
+    emit_report,
+    measure_rounds,
+    medians,
     temp_dir,
     wait_for,
 )
-from cold_start import POLL_INTERVAL, TIMEOUT, Sample, measure_bare
+from cold_start import Sample, measure_bare, print_runs, time_to_runs
 
 RUNS, STEPS, TAGS = 10, 5000, 5
 SPLIT = {"alpha": 4, "beta": 3, "gamma": 3}
@@ -93,12 +89,12 @@ def measure_compare(
     storage: Path, shown: Sequence[str], work: Path, label: str, tbhub_bin: str
 ) -> float:
     hub = Tbhub(root=work / f"tbhub-{label}", storage_root=storage, tbhub_bin=tbhub_bin)
-    hub.root.mkdir()
-    try:
-        hub.set_up()
+
+    def create_projects() -> None:
         for project in SPLIT:
             hub.cli("admin", "project", "create", project, "--owner", USER)
-        hub.start()
+
+    with hub.serving(prepare=create_projects):
         hub.wait_for_zygote()
         cookie = hub.sign_in()
         with httpx.Client(base_url=hub.base_url, timeout=10.0,
@@ -106,74 +102,48 @@ def measure_compare(
             slug = make_compare_board(hub, api)
         if list(hub.data_dir.glob("boards/*.json")):
             raise RuntimeError("a board runs already: this would not be a cold start")
-        headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
         url = f"{hub.base_url}/boards/{slug}/data/runs"
-        with httpx.Client(timeout=5.0, headers=headers) as client:
-            started = time.monotonic()
-            wait_for(runs_listed(client, url, shown), timeout=TIMEOUT, interval=POLL_INTERVAL,
-                     what=f"the compare board to list {len(shown)} runs",
-                     alive=lambda: hub.server is not None and hub.server.alive())  # fmt: skip
-            return time.monotonic() - started
-    except RuntimeError as exc:
-        tail = hub.server.log_tail() if hub.server is not None else ""
-        raise RuntimeError(f"{exc}; tbhub serve's log ends:\n{tail}") from None
-    finally:
-        hub.stop()
+        return time_to_runs(hub, cookie, url, shown, f"the compare board to list {len(shown)} runs")
 
 
 def run(repeats: int, warmup: int, tbhub_bin: str) -> list[Sample]:
     cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
-    samples: list[Sample] = []
     with temp_dir("tbhub-bench-compare.") as work:
         storage, bare = work / "storage", work / "bare"
         shown = lay_out(cached, names, storage)
         lay_out(cached, names, bare)
-        for index in range(1 - warmup, repeats + 1):
-            label = f"{index}" if index > 0 else f"warmup{-index}"
-            measured = [
+
+        def one_round(index: int, label: str) -> list[Sample]:
+            return [
                 Sample("bare", index, measure_bare(bare, shown, work, label)),
                 Sample("compare", index, measure_compare(storage, shown, work, label, tbhub_bin)),
             ]
-            tag = "warm-up" if index <= 0 else f"run {index}/{repeats}"
-            log(f"{tag}: " + ", ".join(f"{s.kind} {s.seconds:.2f}s" for s in measured))
-            if index > 0:
-                samples += measured
-    return samples
+
+        return measure_rounds(repeats, warmup, one_round, str)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="measured runs of each (>= 1)")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure")
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0:
-        parser.error("--runs must be >= 1 and --warmup >= 0")
-
+    args = arguments(__doc__, runs=5, warmup=1, tbhub_bin=True).parse_args(argv)
     samples = run(args.runs, args.warmup, args.tbhub_bin)
-    medians = {k: median([s.seconds for s in samples if s.kind == k]) for k in ("bare", "compare")}
-    ratio = medians["compare"] / medians["bare"]
+    median_s = medians(samples, ("bare", "compare"), lambda s: s.seconds)
+    ratio = median_s["compare"] / median_s["bare"]
     summary = (
         f"compare_cold_start: {RUNS} runs of {len(SPLIT)} projects; bare median "
-        f"{medians['bare']:.2f}s, compare board median {medians['compare']:.2f}s, "
+        f"{median_s['bare']:.2f}s, compare board median {median_s['compare']:.2f}s, "
         f"ratio {ratio:.2f}x (n={args.runs})"
     )
     if args.json:
-        emit_json({
-            "benchmark": "compare_cold_start",
-            "data": {"runs": RUNS, "steps": STEPS, "tags": TAGS, "projects": SPLIT},
-            "samples": [asdict(s) for s in samples],
-            "median_s": medians,
-            "ratio": ratio,
-            "n": args.runs,
-            "summary": summary,
-        })  # fmt: skip
+        emit_report(
+            "compare_cold_start",
+            data={"runs": RUNS, "steps": STEPS, "tags": TAGS, "projects": SPLIT},
+            samples=samples,
+            median_s=median_s,
+            ratio=ratio,
+            n=args.runs,
+            summary=summary,
+        )
         return 0
-    print(f"{'run':>4} {'bare s':>9} {'compare s':>10}")
-    for index in range(1, args.runs + 1):
-        row = {s.kind: s.seconds for s in samples if s.index == index}
-        print(f"{index:>4} {row['bare']:9.2f} {row['compare']:10.2f}")
+    print_runs(samples, ("bare", "compare"), args.runs)
     print(summary)
     return 0
 

@@ -30,22 +30,20 @@ Every container and network it makes carries its own installation label and is r
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from collections.abc import Sequence
-from dataclasses import asdict
 
 from _harness import (
     PROJECT,
-    TBHUB_BIN,
+    arguments,
     cached_logdir,
     docker_boards,
-    emit_json,
-    log,
-    median,
+    emit_report,
+    measure_rounds,
+    medians,
     temp_dir,
 )
-from cold_start import RUNS, STEPS, TAGS, Sample, measure_tbhub
+from cold_start import DATA, RUNS, STEPS, TAGS, Sample, measure_tbhub, print_runs
 
 TARGET_RATIO = 1.5  # docker / exec
 KINDS = ("exec", "zygote", "docker")
@@ -53,12 +51,11 @@ KINDS = ("exec", "zygote", "docker")
 
 def run(repeats: int, warmup: int, tbhub_bin: str) -> list[Sample]:
     cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
-    samples: list[Sample] = []
     with temp_dir("tbhub-bench-docker-cold.") as work:
         storage = work / "storage"
         shutil.copytree(cached, storage / PROJECT)
-        for index in range(1 - warmup, repeats + 1):
-            label = f"{index}" if index > 0 else f"warmup{-index}"
+
+        def one_round(index: int, label: str) -> list[Sample]:
             measured = []
             for kind in KINDS:
                 if kind == "docker":
@@ -68,53 +65,38 @@ def run(repeats: int, warmup: int, tbhub_bin: str) -> list[Sample]:
                 else:
                     seconds = measure_tbhub(storage, names, work, label, tbhub_bin, kind)
                 measured.append(Sample(kind, index, seconds))
-            tag = "warm-up" if index <= 0 else f"run {index}/{repeats}"
-            log(f"{tag}: " + ", ".join(f"{s.kind} {s.seconds:.2f}s" for s in measured))
-            if index > 0:
-                samples += measured
-    return samples
+            return measured
+
+        return measure_rounds(repeats, warmup, one_round, str)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="measured runs of each (>= 1)")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure")
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.warmup < 0:
-        parser.error("--runs must be >= 1 and --warmup >= 0")
-
+    args = arguments(__doc__, runs=5, warmup=1, tbhub_bin=True).parse_args(argv)
     samples = run(args.runs, args.warmup, args.tbhub_bin)
-    medians = {k: median([s.seconds for s in samples if s.kind == k]) for k in KINDS}
-    ratio = medians["docker"] / medians["exec"]
-    ratio_zygote = medians["docker"] / medians["zygote"]
+    median_s = medians(samples, KINDS, lambda s: s.seconds)
+    ratio = median_s["docker"] / median_s["exec"]
+    ratio_zygote = median_s["docker"] / median_s["zygote"]
     summary = (
-        f"docker_cold_start: exec median {medians['exec']:.2f}s, zygote median "
-        f"{medians['zygote']:.2f}s, docker median {medians['docker']:.2f}s; docker/exec "
+        f"docker_cold_start: exec median {median_s['exec']:.2f}s, zygote median "
+        f"{median_s['zygote']:.2f}s, docker median {median_s['docker']:.2f}s; docker/exec "
         f"{ratio:.2f}x (target <= {TARGET_RATIO}x), docker/zygote {ratio_zygote:.2f}x "
         f"(n={args.runs})"
     )
     if args.json:
-        emit_json(
-            {
-                "benchmark": "docker_cold_start",
-                "data": {"runs": RUNS, "steps": STEPS, "tags": TAGS},
-                "samples": [asdict(s) for s in samples],
-                "median_s": medians,
-                "ratio_docker_exec": ratio,
-                "ratio_docker_zygote": ratio_zygote,
-                "target_ratio_max": TARGET_RATIO,
-                "target_met": ratio <= TARGET_RATIO,
-                "n": args.runs,
-                "summary": summary,
-            }
+        emit_report(
+            "docker_cold_start",
+            data=DATA,
+            samples=samples,
+            median_s=median_s,
+            ratio_docker_exec=ratio,
+            ratio_docker_zygote=ratio_zygote,
+            target_ratio_max=TARGET_RATIO,
+            target_met=ratio <= TARGET_RATIO,
+            n=args.runs,
+            summary=summary,
         )
         return 0
-    print(f"{'run':>4} " + " ".join(f"{k + ' s':>9}" for k in KINDS))
-    for index in range(1, args.runs + 1):
-        row = [s.seconds for k in KINDS for s in samples if s.kind == k and s.index == index]
-        print(f"{index:>4} " + " ".join(f"{v:9.2f}" for v in row))
+    print_runs(samples, KINDS, args.runs)
     verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
     print(f"target: docker/exec <= {TARGET_RATIO}x: {verdict}")
     print(summary)
