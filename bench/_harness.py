@@ -356,6 +356,12 @@ class Tbhub:
                 log(f"  stopping leftover process group {pid} ({record.name})")
                 stop_group(ref, grace=5.0, signals=(signal.SIGKILL,))
 
+    def write_token(self) -> str:
+        """A new API token of the bench user, with write access to the bench project."""
+        made = self.cli("admin", "token", "create", "--user", USER, "--project", PROJECT,
+                        "--scope", "write", "--json")  # fmt: skip
+        return str(json.loads(made)["token"])
+
     def sign_in(self) -> str:
         """The tbhub_session cookie for the bench user, via the sign-in form."""
         with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
@@ -436,6 +442,24 @@ def postgres_database() -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def on_databases(
+    kinds: str, measure: Callable[[str, str], dict[str, object]]
+) -> list[dict[str, object]]:
+    """`measure(kind, url)` on a new, empty database of each kind in `kinds` (comma-separated:
+    postgresql, sqlite), each gone afterwards."""
+    results = []
+    for kind in kinds.split(","):
+        with database_url(kind) as url:
+            results.append(measure(kind, url))
+    return results
+
+
+def hub_on_database(root: Path, url: str) -> Tbhub:
+    """A tbhub installation in `root`, its storage root in root/storage, on the database at
+    `url`."""
+    return Tbhub(root=root, storage_root=root / "storage", extra_env={"TBHUB_DATABASE_URL": url})
 
 
 @contextlib.contextmanager
@@ -608,20 +632,24 @@ def subset_of(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 def arguments(
     doc: str, *, runs: int | None = None, warmup: int | None = None, json: bool = True,
-    tbhub_bin: bool = False,
+    tbhub_bin: bool = False, databases: str | None = None,
 ) -> argparse.ArgumentParser:  # fmt: skip
     """A benchmark's parser, described by the first paragraph of its docstring, with the
-    options it shares with others: --runs, --warmup (given their defaults), --json, and
-    --tbhub-bin (the executable to measure, for A/B tests)."""
+    options it shares with others: --runs, --warmup, --databases (given their defaults),
+    --json, and --tbhub-bin (the executable to measure, for A/B tests)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     if runs is not None:
         parser.add_argument("--runs", type=at_least(1), default=runs, help="measured runs")
     if warmup is not None:
         parser.add_argument(
-            "--warmup", type=at_least(0), default=warmup, help="unmeasured rounds first"
+            "--warmup", type=at_least(0), default=warmup, help="unmeasured warm-up first"
         )
     if json:
         parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    if databases is not None:
+        parser.add_argument(
+            "--databases", default=databases, help="postgresql and/or sqlite, comma-separated"
+        )
     if tbhub_bin:
         parser.add_argument(
             "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"

@@ -15,7 +15,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import CACHE_ROOT, PROJECT, USER, Tbhub, log, temp_dir
+from _harness import CACHE_ROOT, PROJECT, Tbhub, log, temp_dir
 
 PNG_SIZE = 96  # pixels per side of each logged image
 
@@ -100,16 +100,10 @@ def serving(prefix: str, **settings: str) -> Iterator[tuple[Tbhub, httpx.Client]
     with temp_dir(prefix) as work:
         env = {f"TBHUB_{name.upper()}": value for name, value in settings.items()}
         hub = Tbhub(root=work, storage_root=work / "storage", extra_env=env)
-        try:
-            hub.set_up()
-            token = hub.cli("admin", "token", "create", "--user", USER, "--project", PROJECT)
-            hub.start()
-            secret = next(w for w in token.split() if w.startswith("tbh_"))
-            headers = {"Authorization": f"Bearer {secret}"}
+        with hub.serving():
+            headers = {"Authorization": f"Bearer {hub.write_token()}"}
             with httpx.Client(base_url=hub.base_url, headers=headers, timeout=60.0) as api:
                 yield hub, api
-        finally:
-            hub.stop()
 
 
 def new_run(api: httpx.Client, name: str) -> dict[str, object]:

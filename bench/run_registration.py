@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
+import functools
 import time
-from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (
     PROJECT,
-    USER,
-    Tbhub,
-    database_url,
+    arguments,
     emit_json,
+    hub_on_database,
     log,
     median,
+    on_databases,
     percentile,
     temp_dir,
 )
@@ -66,14 +63,12 @@ async def one_round(base_url: str, token: str, *, clients: int, requests: int, t
 
 
 def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, object]:
+    log(f"{database}: {args.rounds} rounds of {args.requests} registrations, "
+        f"{args.clients} clients")  # fmt: skip
     with temp_dir("tbhub-bench-runs-") as root:
-        hub = Tbhub(root=root, storage_root=root / "storage",
-                    extra_env={"TBHUB_DATABASE_URL": url})  # fmt: skip
-        hub.set_up()
-        token = json.loads(hub.cli("admin", "token", "create", "--user", USER, "--project",
-                                   PROJECT, "--scope", "write", "--json"))["token"]  # fmt: skip
-        hub.start()
-        try:
+        hub = hub_on_database(root, url)
+        with hub.serving():
+            token = hub.write_token()
             asyncio.run(one_round(hub.base_url, token, clients=args.clients,
                                   requests=args.warmup, tag="warm"))  # fmt: skip
             rounds: list[dict[str, float]] = []
@@ -91,8 +86,6 @@ def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, obje
                 log(f"  {database} round {r + 1}: {rate:.0f}/s, p50 {rounds[-1]['p50_ms']:.1f} ms, "
                     f"p99 {rounds[-1]['p99_ms']:.1f} ms, {errors} errors")  # fmt: skip
             registered = len(list((root / "storage" / PROJECT).iterdir()))
-        finally:
-            hub.stop()
     return {
         "database": database,
         "clients": args.clients,
@@ -107,19 +100,12 @@ def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, obje
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, warmup=500, json=False, databases="postgresql,sqlite")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--databases", default="postgresql,sqlite")
     args = parser.parse_args()
-    results = []
-    for database in args.databases.split(","):
-        log(f"{database}: {args.rounds} rounds of {args.requests} registrations, "
-            f"{args.clients} clients")  # fmt: skip
-        with database_url(database) as url:
-            results.append(measure(database, url, args))
+    results = on_databases(args.databases, functools.partial(measure, args=args))
     emit_json({"benchmark": "run_registration", "results": results,
                "target": {"postgresql_per_second": 300, "p99_ms": 100}})  # fmt: skip
 

@@ -20,9 +20,9 @@ Also reported: a run's sparkline (`…/sparkline.svg`) for a run with real event
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import re
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -31,14 +31,14 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, insert, select
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (
     PROJECT,
     USER,
-    Tbhub,
-    database_url,
+    arguments,
     emit_json,
+    hub_on_database,
     log,
+    on_databases,
     percentile,
     temp_dir,
 )
@@ -122,13 +122,15 @@ def timed(client: httpx.Client, url: str, count: int) -> dict[str, float]:
 
 def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, object]:
     with temp_dir("tbhub-bench-ui-") as root:
-        hub = Tbhub(root=root, storage_root=root / "storage",
-                    extra_env={"TBHUB_DATABASE_URL": url})  # fmt: skip
-        hub.set_up()
-        log(f"{database}: seeding {args.projects} projects, {args.runs} runs in {PROJECT} ...")
-        sample_id = seed(url, root / "storage", runs=args.runs, projects=args.projects)
-        hub.start()
-        try:
+        hub = hub_on_database(root, url)
+        sample_id = 0
+
+        def seed_database() -> None:
+            nonlocal sample_id
+            log(f"{database}: seeding {args.projects} projects, {args.runs} runs in {PROJECT} ...")
+            sample_id = seed(url, root / "storage", runs=args.runs, projects=args.projects)
+
+        with hub.serving(prepare=seed_database):
             client = httpx.Client(base_url=hub.base_url, timeout=30.0,
                                   cookies={"tbhub_session": hub.sign_in()})  # fmt: skip
             pages: dict[str, str] = {
@@ -156,8 +158,6 @@ def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, obje
             log(f"  sparkline (1,000 steps): first {first:.1f} ms, again p50 "
                 f"{again['server_p50_ms']:.1f} ms")  # fmt: skip
             client.close()
-        finally:
-            hub.stop()
     ratio: Callable[[str], float] = lambda label: results[label]["server_p50_ms"] / anchor  # noqa: E731
     return {
         "database": database,
@@ -172,17 +172,12 @@ def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, obje
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments(__doc__, warmup=20, json=False, databases="sqlite,postgresql")
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--projects", type=int, default=100)
-    parser.add_argument("--databases", default="sqlite,postgresql")
     args = parser.parse_args()
-    results = []
-    for database in args.databases.split(","):
-        with database_url(database) as url:
-            results.append(measure(database, url, args))
+    results = on_databases(args.databases, functools.partial(measure, args=args))
     emit_json({"benchmark": "ui_pages", "results": results, "target": {"server_p99_ms": 200}})
 
 
