@@ -11,9 +11,9 @@ from tbhub import audit
 from tbhub.auth.caller import Caller, require_project_creator
 from tbhub.auth.permissions import AccessCache, project_roles
 from tbhub.db import transaction
-from tbhub.errors import AlreadyExists, Forbidden, InvalidInput, NotFound
+from tbhub.errors import AlreadyExists, Forbidden, NotFound
 from tbhub.models import Board, Membership, Project, Role, User
-from tbhub.names import check_new_project_name
+from tbhub.names import check_new_project_name, one_of
 from tbhub.storage.paths import project_dir
 from tbhub.users import get_user
 
@@ -70,12 +70,7 @@ def get_project(session: Session, *, name: str) -> Project:
 
 
 def parse_role(value: str) -> Role:
-    try:
-        return Role(value)
-    except ValueError:
-        raise InvalidInput(
-            f"role {value!r} is not one of: {', '.join(r.value for r in Role)}"
-        ) from None
+    return one_of(Role, value, "role")
 
 
 def set_membership(

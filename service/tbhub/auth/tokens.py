@@ -26,6 +26,7 @@ from tbhub.boards import AccessTracker
 from tbhub.db import transaction
 from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from tbhub.models import ApiToken, Project, Role, TokenScope, User
+from tbhub.names import checked_name, one_of
 from tbhub.timestamps import iso_utc
 
 TOKEN_PREFIX = "tbh_"
@@ -177,19 +178,14 @@ class TokenCache:
 
 
 def check_token_name(name: str) -> str:
-    if not TOKEN_NAME.fullmatch(name):
-        raise InvalidInput(
-            f"token name {name!r} is not allowed: use 1-64 letters, digits, spaces or "
-            "'._@:-', starting with a letter or digit (for example 'ci-train')"
-        )
-    return name
+    return checked_name(
+        TOKEN_NAME, name, "token", "is not allowed: use 1-64 letters, digits, spaces or "
+        "'._@:-', starting with a letter or digit (for example 'ci-train')",
+    )  # fmt: skip
 
 
 def parse_scope(value: str) -> TokenScope:
-    try:
-        return TokenScope(value)
-    except ValueError:
-        raise InvalidInput(f"scope {value!r} is not one of: read, write") from None
+    return one_of(TokenScope, value, "scope")
 
 
 def expiry_from_days(days: float | None, now: datetime) -> datetime | None:

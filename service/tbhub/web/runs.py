@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 from tbhub.auth.caller import ProjectAccess, require_project
 from tbhub.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKEN_MAX, URL_PATH_MAX
 from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.errors import InvalidInput
 from tbhub.jobs import retention
 from tbhub.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
+from tbhub.names import one_of
 from tbhub.overview import board_detail, board_state, run_state
 from tbhub.runs import SORTS, RunFilter, get_run, page_runs, run_history
 from tbhub.sparkline import sparkline_svg
@@ -70,13 +70,7 @@ class TableQuery:
     page: int = 1
 
     def filter(self) -> RunFilter:
-        status = None
-        if self.status:
-            try:
-                status = [RunStatus(self.status)]
-            except ValueError:
-                known = ", ".join(s.value for s in RunStatus)
-                raise InvalidInput(f"status {self.status!r} is not one of: {known}") from None
+        status = [one_of(RunStatus, self.status, "status")] if self.status else None
         return RunFilter(status=status, tag=self.tag or None, group=self.group or None,
                          text=self.q or None)  # fmt: skip
 
