@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -190,3 +192,10 @@ def test_readyz_checks_database_and_storage(client: TestClient) -> None:
 
 def test_nginx_auth_cache_never_outlasts_a_quarter_of_the_idle_timeout() -> None:
     assert [auth_cache_seconds(t) for t in (900, 20, 8, 3, 0.5)] == [5, 5, 2, 1, 1]
+
+
+def test_every_answer_says_how_long_the_app_took(client: TestClient) -> None:
+    # bench/ui_pages.py reads this header; an error page and a 401 carry it too.
+    for path in ("/auth/login", "/api/v1/projects", "/no/such/page"):
+        timing = client.get(path).headers["server-timing"]
+        assert re.fullmatch(r"app;dur=\d+\.\d", timing), (path, timing)

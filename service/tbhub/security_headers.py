@@ -7,8 +7,12 @@ there (nginx/tbhub.conf.j2, BOARD_CSP); browsers enforce both it and TensorBoard
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
+
+from tbhub.response_headers import ResponseHeaders
 
 PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -33,21 +37,14 @@ COMMON = {
 }
 
 
-class SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+class SecurityHeaders(ResponseHeaders):
+    """The headers above, unless the answer set its own."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def editor(self, scope: Scope) -> Callable[[MutableHeaders], None]:
         csp = DOCS_CSP if scope["path"].startswith("/api/v1/docs") else PAGE_CSP
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in {**COMMON, "Content-Security-Policy": csp}.items():
-                    headers.setdefault(name, value)
-            await send(message)
+        def add(headers: MutableHeaders) -> None:
+            for name, value in {**COMMON, "Content-Security-Policy": csp}.items():
+                headers.setdefault(name, value)
 
-        await self.app(scope, receive, send_with_headers)
+        return add

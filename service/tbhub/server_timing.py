@@ -5,25 +5,20 @@ it in their developer tools; bench/ui_pages.py reads it to measure pages' server
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
+
+from tbhub.response_headers import ResponseHeaders
 
 
-class ServerTiming:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class ServerTiming(ResponseHeaders):
+    def editor(self, scope: Scope) -> Callable[[MutableHeaders], None]:
         started = time.perf_counter()
 
-        async def send_with_timing(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                elapsed = (time.perf_counter() - started) * 1000
-                MutableHeaders(scope=message).append("Server-Timing", f"app;dur={elapsed:.1f}")
-            await send(message)
+        def add(headers: MutableHeaders) -> None:
+            elapsed = (time.perf_counter() - started) * 1000
+            headers.append("Server-Timing", f"app;dur={elapsed:.1f}")
 
-        await self.app(scope, receive, send_with_timing)
+        return add
