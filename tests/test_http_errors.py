@@ -53,7 +53,6 @@ def served(app: FastAPI) -> Iterator[int]:
 def test_an_unexpected_error_answers_500_once_and_keeps_the_connection(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    upgrade(settings.db_url)
     app = create_app(build_context(settings))
 
     @app.get("/api/v1/test-boom")

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select, text
 
 from tbhub.boards import AccessTracker, BoardRef
-from tbhub.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.db import make_engine, make_session_factory, transaction
 from tbhub.errors import ConfigError, JobBusy
 from tbhub.jobs.config import job_lock
 from tbhub.leader_lock import LeaderLock, list_replicas, replica_name
@@ -22,7 +22,7 @@ from tbhub.projects import create_project
 from tbhub.replica import Replica
 from tbhub.settings import Settings
 from tbhub.supervisor.metrics import SupervisorMetrics
-from tests.conftest import postgres_database
+from tests.conftest import MigratedTemplates, postgres_database
 from tests.e2e.harness import TBHUB, wait_until
 
 KEY, LOCATION = "0123abcd", "4567ef01"
@@ -44,9 +44,8 @@ class RecordingDuties:
 
 
 @pytest.fixture
-def database_url() -> Iterator[str]:
-    with postgres_database() as url:
-        upgrade(url)
+def database_url(migrated_templates: MigratedTemplates, tmp_path: Path) -> Iterator[str]:
+    with migrated_templates.copy("postgresql", tmp_path) as url:
         yield url
 
 

@@ -60,6 +60,7 @@ def board_processes(state_dir: Path) -> list[psutil.Process]:
 class TbhubServer:
     def __init__(self, root: Path, database_url: str, **settings: str) -> None:
         self.database_url = database_url
+        self._migrated = False  # db() has run `alembic upgrade head` once
         self.data_dir = root / "data"
         self.storage = root / "storage"
         self.http_port = free_port()
@@ -172,7 +173,9 @@ class TbhubServer:
     @contextmanager
     def db(self) -> Iterator[Session]:
         """A session on the server's database, to seed it faster than the CLI would."""
-        upgrade(self.database_url)
+        if not self._migrated:
+            upgrade(self.database_url)
+            self._migrated = True
         engine = make_engine(self.database_url)
         try:
             with transaction(make_session_factory(engine)) as session:
