@@ -38,6 +38,7 @@ import httpx
 
 from tbhub.processes import ProcessRef, stop_group
 from tbhub.sample_logs import write_project
+from tbhub.scratch_database import postgres_database
 
 HOST = "127.0.0.1"
 
@@ -419,29 +420,7 @@ def docker_boards() -> Iterator[dict[str, str]]:
         client.close()
 
 
-# -- PostgreSQL -------------------------------------------------------------------------------
-
-# A server where the benchmarks may create and drop databases (the tests' variable).
-POSTGRES_ADMIN_URL = os.environ.get(
-    "TBHUB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-
-
-@contextlib.contextmanager
-def postgres_database() -> Iterator[str]:
-    """A new, empty database, dropped afterwards."""
-    from sqlalchemy import create_engine, text
-
-    name = f"tbhub_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+# -- databases --------------------------------------------------------------------------------
 
 
 def on_databases(
@@ -466,7 +445,7 @@ def hub_on_database(root: Path, url: str) -> Tbhub:
 def database_url(kind: str) -> Iterator[str]:
     """A new, empty database of `kind` (postgresql or sqlite), gone afterwards."""
     if kind == "postgresql":
-        with postgres_database() as url:
+        with postgres_database(prefix="tbhub_bench_") as url:
             yield url
     else:
         with temp_dir("tbhub-bench-sqlite-") as db_dir:

@@ -48,12 +48,12 @@ from _harness import (
     emit_json,
     log,
     median,
-    postgres_database,
     runs_listed,
     temp_dir,
     wait_for,
 )
 from tbhub.processes import ProcessRef, stop_group
+from tbhub.scratch_database import postgres_database
 
 LEADER = re.compile(r"^tbhub_supervisor_leader (\d)$", re.M)
 PASSES = re.compile(r"^tbhub_reconcile_pass_seconds_count (\d+)$", re.M)
@@ -118,7 +118,10 @@ def stop_all(replicas: list[Tbhub], state_dir: Path) -> None:
 
 def run(runs: int, warmup: int) -> dict[str, object]:
     logdir, names = cached_logdir(runs=5, steps=200, tags=2)
-    with temp_dir("tbhub-failover.") as work, postgres_database() as database_url:
+    with (
+        temp_dir("tbhub-failover.") as work,
+        postgres_database(prefix="tbhub_bench_") as database_url,
+    ):
         storage = work / "storage"
         shutil.copytree(logdir, storage / PROJECT)
         state_dir = work / "boards"

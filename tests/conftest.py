@@ -5,43 +5,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.main import build_context, create_app
+from tbhub.scratch_database import postgres_database
 from tbhub.settings import Settings, prepare_runtime
 
 # Which databases the suite runs on (comma-separated); both unless told otherwise.
 DATABASES = os.environ.get("TBHUB_TEST_DATABASES", "sqlite,postgresql").split(",")
-# A PostgreSQL server where the tests may create and drop databases.
-POSTGRES_ADMIN_URL = os.environ.get(
-    "TBHUB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 TEST_SECRET = "test-secret-" + "x" * 40
-
-
-@contextmanager
-def postgres_database(template: str | None = None) -> Iterator[str]:
-    """A new PostgreSQL database, empty or a copy of `template`, dropped afterwards."""
-    name = f"tbhub_test_{uuid.uuid4().hex[:12]}"
-    copy_of = f' TEMPLATE "{template}"' if template else ""
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"{copy_of}'))
-    try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @contextmanager
