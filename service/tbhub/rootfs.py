@@ -14,6 +14,8 @@ import io
 import os
 import re
 import subprocess
+import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -169,6 +171,13 @@ def distribution_files(
         if relative.parts[:1] == ("..",) or not source.is_file():
             continue  # scripts installed into bin/ and the like: no image runs them
         yield source, site / relative
+
+
+def host_python() -> tuple[Path, Path]:
+    """The interpreter this process runs on, as its real binary (a venv's python is a link
+    to it), and its standard library: what an image copies."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    return Path(os.path.realpath(base)), Path(sysconfig.get_paths()["stdlib"])
 
 
 def add_python(

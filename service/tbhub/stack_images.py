@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import sys
-import sysconfig
 import tarfile
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from tbhub.rootfs import (
     add_libraries,
     add_python,
     distribution_closure,
+    host_python,
     image_exists,
     import_image,
 )
@@ -117,11 +117,6 @@ def _server_distributions() -> list[metadata.Distribution]:
     return distribution_closure(["tbhub"], extras=True)
 
 
-def _python() -> tuple[Path, Path]:
-    base = getattr(sys, "_base_executable", sys.executable)
-    return Path(os.path.realpath(base)), Path(sysconfig.get_paths()["stdlib"])
-
-
 SOURCE_PARTS = ("service/tbhub", "alembic", "nginx")
 
 
@@ -132,7 +127,7 @@ def _server_programs() -> list[Path]:
 
 
 def server_base_inputs() -> str:
-    python, stdlib = _python()
+    python, stdlib = host_python()
     dists = [f"{d.metadata['Name']}=={d.version}" for d in _server_distributions()]
     programs = [os.path.realpath(program) for program in _server_programs()]
     return _digest(str(python), sys.version, str(stdlib), *dists, *programs)
@@ -140,7 +135,7 @@ def server_base_inputs() -> str:
 
 def write_server_base(root: RootFs, progress: Progress) -> None:
     """Everything of tbhub-server but tbhub's own source, which a layer on top adds."""
-    python, stdlib = _python()
+    python, stdlib = host_python()
     elves = Elves()
     progress("Python, its standard library and tbhub's requirements")
     add_python(root, python=python, stdlib=stdlib, link=PYTHON_LINK,

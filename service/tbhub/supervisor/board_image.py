@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -35,6 +33,7 @@ from tbhub.rootfs import (
     add_libraries,
     add_python,
     distribution_closure,
+    host_python,
     image_exists,
     import_image,
 )
@@ -83,11 +82,11 @@ class ImageInputs:
 
 def current_inputs() -> ImageInputs:
     """The inputs for the interpreter and environment this process runs in."""
-    base = getattr(sys, "_base_executable", sys.executable)
+    python, stdlib = host_python()
     dists = distribution_closure(ROOT_DISTRIBUTIONS)
     return ImageInputs(
-        python=Path(os.path.realpath(base)),
-        stdlib=Path(sysconfig.get_paths()["stdlib"]),
+        python=python,
+        stdlib=stdlib,
         distributions=tuple((d.metadata["Name"], d.version) for d in dists),
         launcher_root=Path(tbhub.__file__).parent,
     )
