@@ -37,9 +37,8 @@ def delete(name: str, as_json: bool = JsonOption) -> None:
     """Delete a team: its members lose the roles they had through it."""
     with db_session(runtime_settings()) as session:
         teams.delete_team(session, name=name, actor=ACTOR)
-    emit_line(
-        {"team": name, "deleted": True}, f"deleted team {name}", as_json=as_json, highlight=False
-    )
+    emit_line({"team": name, "deleted": True}, f"deleted team {name}", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @app.command("add-member")
@@ -48,9 +47,8 @@ def add_member(team: str, user: str, as_json: bool = JsonOption) -> None:
     """Add a user to a team."""
     with db_session(runtime_settings()) as session:
         teams.add_member(session, team=team, user=user, actor=ACTOR)
-    emit_line(
-        {"team": team, "user": user}, f"{user} is in team {team}", as_json=as_json, highlight=False
-    )
+    emit_line({"team": team, "user": user}, f"{user} is in team {team}", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @app.command("remove-member")
@@ -59,12 +57,8 @@ def remove_member(team: str, user: str, as_json: bool = JsonOption) -> None:
     """Take a user out of a team."""
     with db_session(runtime_settings()) as session:
         teams.remove_member(session, team=team, user=user, actor=ACTOR)
-    emit_line(
-        {"team": team, "user": user, "removed": True},
-        f"{user} left team {team}",
-        as_json=as_json,
-        highlight=False,
-    )
+    emit_line({"team": team, "user": user, "removed": True}, f"{user} left team {team}",
+              as_json=as_json, highlight=False)  # fmt: skip
 
 
 @app.command("grant")
@@ -78,12 +72,8 @@ def grant(
     """Give a team a role in a project (or change it)."""
     with db_session(runtime_settings()) as session:
         teams.grant(session, project=project, team=team, role=parse_role(role), actor=ACTOR)
-    emit_line(
-        {"team": team, "project": project, "role": role},
-        f"team {team} is {role} of {project}",
-        as_json=as_json,
-        highlight=False,
-    )
+    emit_line({"team": team, "project": project, "role": role},
+              f"team {team} is {role} of {project}", as_json=as_json, highlight=False)  # fmt: skip
 
 
 @app.command("revoke")
@@ -92,12 +82,9 @@ def revoke(team: str, project: str, as_json: bool = JsonOption) -> None:
     """Take a team's role in a project away."""
     with db_session(runtime_settings()) as session:
         teams.revoke(session, project=project, team=team, actor=ACTOR)
-    emit_line(
-        {"team": team, "project": project, "revoked": True},
-        f"team {team} has no role in {project} now",
-        as_json=as_json,
-        highlight=False,
-    )
+    emit_line({"team": team, "project": project, "revoked": True},
+              f"team {team} has no role in {project} now", as_json=as_json,
+              highlight=False)  # fmt: skip
 
 
 @app.command("list")
