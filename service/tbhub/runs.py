@@ -117,10 +117,14 @@ def _taken(session: Session, project_id: int, stem: str) -> set[str]:
     )
 
 
-def _candidates(stem: str, taken: set[str]) -> Iterator[str]:
-    """`stem`, `stem-2`, `stem-3`, ... skipping the paths the registry already holds."""
-    for k in range(1, MAX_SUFFIX + 1):
-        candidate = stem if k == 1 else f"{stem}-{k}"
+def _candidates(factory: sessionmaker[Session], project_id: int, stem: str) -> Iterator[str]:
+    """`stem`; when that is taken, `stem-2`, `stem-3`, ... skipping the paths the registry
+    already holds. Most names are free at the first try, which then costs no lookup."""
+    yield stem
+    with factory() as probe:
+        taken = _taken(probe, project_id, stem)
+    for k in range(2, MAX_SUFFIX + 1):
+        candidate = f"{stem}-{k}"
         if candidate not in taken:
             yield candidate
 
@@ -162,9 +166,7 @@ def register_run(
     parent.mkdir(parents=True, exist_ok=True)
     inside_root(base, parent)  # a symlinked group directory must not lead out of the project
     stem = "/".join([*group_parts, f"{now:%Y%m%d-%H%M%S}-{name}"])
-    with factory() as probe:
-        taken = _taken(probe, project_id, stem)
-    for path in _candidates(stem, taken):
+    for path in _candidates(factory, project_id, stem):
         try:
             with transaction(factory) as session, _made_dir(base / path):
                 run = Run(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.jobs.trash import restore
-from tbhub.models import Run
+from tbhub.models import Project, Run
+from tbhub.runs import RunFields, register_run
 from tests.api.conftest import Team
 
 RUNS = "/api/v1/projects/vision/runs"
@@ -38,6 +41,25 @@ def test_the_same_name_in_the_same_second_gets_a_suffix(team: Team) -> None:
     assert len(paths) == 3
     stems = {re.sub(r"-(2|3)$", "", p) for p in paths}
     assert len(stems) <= 2  # at most one second boundary crossed
+
+
+def test_registrations_in_one_second_take_the_next_free_suffix(
+    team: Team, factory: sessionmaker[Session]
+) -> None:
+    with factory() as session:
+        project_id = session.scalar(select(Project.id).where(Project.name == "vision"))
+    assert project_id is not None
+    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    def register_at() -> str:
+        run = register_run(factory, storage_root=team.settings.storage, project="vision",
+                           project_id=project_id, name="r", group="g",
+                           fields=RunFields(hparams={}, tags=[]), actor="test", now=at)  # fmt: skip
+        return run.path
+
+    stem = "g/20300102-030405-r"
+    (team.settings.storage / "vision" / f"{stem}-3").mkdir(parents=True)  # not in the registry
+    assert [register_at() for _ in range(4)] == [stem, f"{stem}-2", f"{stem}-4", f"{stem}-5"]
 
 
 def test_a_directory_already_on_disk_is_never_reused(team: Team) -> None:
