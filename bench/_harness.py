@@ -84,31 +84,41 @@ def free_port() -> int:
 # -- sample data ------------------------------------------------------------------------------
 
 
+def cached(key: str, build: Callable[[Path], str]) -> Path:
+    """`<cache>/<key>/`, made once: `build(directory)` fills a staging directory and returns
+    what its `complete` marker says; then it takes the place of any half-made copy an
+    interrupted run left."""
+    root = CACHE_ROOT / key
+    if (root / "complete").exists():
+        return root
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE_ROOT))
+    try:
+        started = time.monotonic()
+        log(f"building {key} into {root} (once; cached for later runs) ...")
+        (staging / "complete").write_text(build(staging))
+        shutil.rmtree(root, ignore_errors=True)
+        staging.rename(root)
+        log(f"  done in {time.monotonic() - started:.1f}s")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
 def cached_logdir(*, runs: int, steps: int, tags: int) -> tuple[Path, list[str]]:
     """`<cache>/r<runs>-s<steps>-t<tags>/bench/`, holding `runs` runs; written on first use.
 
     The parent directory doubles as a tbhub storage root (its project `bench` is the logdir).
     Returns the logdir and the run names.
     """
-    key = f"r{runs}-s{steps}-t{tags}"
-    root = CACHE_ROOT / key
     names = [f"run-{i:02d}" for i in range(runs)]
-    if (root / "complete").exists():
-        return root / PROJECT, names
-    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE_ROOT))
-    try:
-        started = time.monotonic()
-        log(f"writing sample data {key} into {root} (once; cached for later runs) ...")
+
+    def build(staging: Path) -> str:
         written = write_project(staging / PROJECT, runs=runs, steps=steps, tags=tags, prefix="run")
         assert written == names, (written, names)
-        (staging / "complete").write_text(f"{runs} runs x {steps} steps x {tags} tags\n")
-        shutil.rmtree(root, ignore_errors=True)  # a half-written copy from an interrupted run
-        staging.rename(root)
-        log(f"  done in {time.monotonic() - started:.1f}s")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return root / PROJECT, names
+        return f"{runs} runs x {steps} steps x {tags} tags\n"
+
+    return cached(f"r{runs}-s{steps}-t{tags}", build) / PROJECT, names
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -273,6 +283,10 @@ class Tbhub:
         if result.returncode != 0:
             raise RuntimeError(f"tbhub {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
         return result.stdout
+
+    def timed_cli(self, *args: str) -> float:
+        """Seconds `tbhub <args>` takes in a fresh process, its output discarded."""
+        return timed([self.tbhub_bin, *args], self.env)
 
     def set_up(self) -> None:
         """Schema, the bench user and the bench project (owned by it)."""
@@ -582,6 +596,13 @@ def run_wrk(
     return report
 
 
+def timed(command: Sequence[str], env: dict[str, str] | None = None) -> float:
+    """Seconds `command` takes to run to its end, its output discarded; a failure raises."""
+    started = time.perf_counter()
+    subprocess.run(list(command), env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
 # -- command line and rounds ------------------------------------------------------------------
 
 
@@ -637,6 +658,17 @@ def arguments(
 
 
 S = TypeVar("S")
+
+
+def timed_rounds(
+    repeats: int, sides: Sequence[str], measure: Callable[[int], dict[str, float]],
+    describe: Callable[[dict[str, float]], str],
+) -> tuple[dict[str, list[float]], dict[str, float]]:  # fmt: skip
+    """One unmeasured warm-up round, then `repeats` measured ones, each `measure(index)`:
+    seconds per side. Returns every measured round's seconds per side, and their medians."""
+    rounds = measure_rounds(repeats, 1, lambda index, _label: [measure(index)], describe)
+    results = {side: [r[side] for r in rounds] for side in sides}
+    return results, {side: median(seconds) for side, seconds in results.items()}
 
 
 def measure_rounds(

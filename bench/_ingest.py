@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import CACHE_ROOT, PROJECT, Tbhub, log, temp_dir
+from _harness import PROJECT, Tbhub, cached, temp_dir
 
 PNG_SIZE = 96  # pixels per side of each logged image
 
@@ -64,16 +63,9 @@ def write_mixed_run(logdir: Path, *, steps: int, seed: int) -> None:
 def log_tree(total_bytes: int, runs: int) -> Path:
     """`runs` runs of real event files adding up to about `total_bytes`; written once (one run
     with TensorBoard's writer, copied under the other names) and cached."""
-    key = f"tree-{total_bytes >> 20}m-{runs}r"
-    root = CACHE_ROOT / key
-    if (root / "complete").exists():
-        return root / "tree"
-    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=CACHE_ROOT))
-    try:
-        log(f"writing a {total_bytes >> 20} MiB log tree into {root} (once) ...")
+
+    def build(staging: Path) -> str:
         first = staging / "tree" / "run-00"
-        step_bytes = 0
         probe = staging / "probe"
         write_mixed_run(probe, steps=20, seed=0)
         step_bytes = sum(f.stat().st_size for f in probe.iterdir()) // 20
@@ -81,12 +73,9 @@ def log_tree(total_bytes: int, runs: int) -> Path:
         write_mixed_run(first, steps=steps, seed=1)
         for index in range(1, runs):
             shutil.copytree(first, staging / "tree" / f"run-{index:02d}")
-        (staging / "complete").write_text(f"{runs} runs x {steps} steps\n")
-        shutil.rmtree(root, ignore_errors=True)
-        staging.rename(root)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return root / "tree"
+        return f"{runs} runs x {steps} steps\n"
+
+    return cached(f"tree-{total_bytes >> 20}m-{runs}r", build) / "tree"
 
 
 def tree_bytes(tree: Path) -> int:

@@ -24,44 +24,43 @@ Reported: every run, the medians, and median(tbhub) / median(plain); the target 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-BIN_DIR = Path(sys.executable).parent
-CACHE = Path(tempfile.gettempdir()) / "tbhub-bench-cache" / "backup-100k-files"
+from _harness import Tbhub, arguments, cached, emit_json, log, temp_dir, timed_rounds
+
+CACHE_KEY = "backup-100k-files"
 RUNS, FILES_PER_RUN, FILE_SIZE = 2000, 50, 8192
 CHANGED_FRACTION = 0.01
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+SIDES = ("plain", "tbhub", "tbhub_cli")
 
 
 def cached_tree() -> Path:
-    """<cache>/storage/bench/run-NNNN/events.out.tfevents.N.host; built once."""
-    storage = CACHE / "storage"
-    if (CACHE / "complete").exists():
-        return storage
-    shutil.rmtree(CACHE, ignore_errors=True)
-    log(f"building {RUNS * FILES_PER_RUN:,} files in {storage} (once; cached) ...")
-    started = time.monotonic()
-    for r in range(RUNS):
-        run = storage / "bench" / f"run-{r:04d}"
-        run.mkdir(parents=True)
-        for f in range(FILES_PER_RUN):
-            (run / f"events.out.tfevents.{f}.host").write_bytes(os.urandom(FILE_SIZE))
-    (CACHE / "complete").write_text("built\n")
-    log(f"  done in {time.monotonic() - started:.0f}s")
-    return storage
+    """<cache>/backup-100k-files/storage/bench/run-NNNN/events.out.tfevents.N.host; built
+    once."""
+
+    def build(staging: Path) -> str:
+        for r in range(RUNS):
+            run = staging / "storage" / "bench" / f"run-{r:04d}"
+            run.mkdir(parents=True)
+            for f in range(FILES_PER_RUN):
+                (run / f"events.out.tfevents.{f}.host").write_bytes(os.urandom(FILE_SIZE))
+        return f"{RUNS * FILES_PER_RUN:,} files\n"
+
+    return cached(CACHE_KEY, build) / "storage"
+
+
+def backdate(target: Path, snapshot: str) -> str:
+    """Rename a snapshot (and its manifest) in `target` to one taken years ago, so snapshot
+    retention (one a day) keeps it beside the next; its new name."""
+    older = "20000101T000000Z"
+    (target / snapshot).rename(target / older)
+    (target / f"{snapshot}.sha256").rename(target / f"{older}.sha256")
+    return older
 
 
 def all_files(storage: Path) -> list[Path]:
@@ -75,37 +74,26 @@ class Installation:
         self.root = root
         self.target = root / "target"
         self.baseline = ""
-        self.env = {
-            **os.environ,
-            "TBHUB_DATA_DIR": str(root / "data"),
-            "TBHUB_STORAGE_ROOT": str(storage),
-            "TBHUB_BACKUP_TARGET": str(self.target),
-            "TBHUB_CONFIG": str(root / "absent.toml"),
-        }
-        self.tbhub("db", "upgrade")
+        hub = Tbhub(root, storage, extra_env={"TBHUB_BACKUP_TARGET": str(self.target)})
+        self.hub = hub
+        hub.cli("db", "upgrade")
         from tbhub.db import make_engine, make_session_factory
         from tbhub.settings import load_settings, prepare_runtime
 
         saved_env = dict(os.environ)
-        os.environ.update(self.env)
+        os.environ.update(hub.env)
         try:
             self.settings = prepare_runtime(load_settings())
         finally:
             os.environ.clear()
             os.environ.update(saved_env)
         self.factory = make_session_factory(make_engine(self.settings.db_url))
-        self.tbhub("admin", "backup", "run")
+        hub.cli("admin", "backup", "run")
         [taken] = self.snapshots()
-        # Date it years back: snapshot retention keeps one a day, and the baseline must stay.
-        self.baseline = "20000101T000000Z"
-        (self.target / taken).rename(self.target / self.baseline)
-        (self.target / f"{taken}.sha256").rename(self.target / f"{self.baseline}.sha256")
+        self.baseline = backdate(self.target, taken)  # the baseline must stay
 
-    def tbhub(self, *args: str) -> float:
-        started = time.perf_counter()
-        subprocess.run([str(BIN_DIR / "tbhub"), *args], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
-        return time.perf_counter() - started
+    def backup_cli(self) -> float:
+        return self.hub.timed_cli("admin", "backup", "run")
 
     def backup_in_process(self) -> float:
         from tbhub.jobs.backup import run_backup
@@ -151,50 +139,40 @@ def put_back(saved: list[tuple[Path, bytes, float]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = arguments(__doc__, runs=5).parse_args()
     storage = cached_tree()
     files = all_files(storage)
     rng = random.Random(1)
-    results: dict[str, list[float]] = {"plain": [], "tbhub": [], "tbhub_cli": []}
-    with tempfile.TemporaryDirectory(prefix="tbhub-bench-backup.") as scratch_name:
-        scratch = Path(scratch_name)
+    with temp_dir("tbhub-bench-backup.") as scratch:
         log("taking the baseline snapshot with tbhub ...")
         install = Installation(scratch / "tbhub", storage)
         previous = install.target / install.baseline
-        for i in range(args.runs + 1):
+
+        def one_round(index: int) -> dict[str, float]:
             saved = change_some(files, rng)
             try:
                 measured: dict[str, float] = {}
                 # Alternate who goes first; after each, delete its snapshot and sync, so no
                 # side runs while the filesystem still writes back the other's deletions.
-                order = ["plain", "tbhub", "cli"] if i % 2 else ["cli", "tbhub", "plain"]
+                order = ["plain", "tbhub", "cli"] if index % 2 else ["cli", "tbhub", "plain"]
                 for side in order:
                     if side == "plain":
                         measured[side] = plain_rsync(storage, previous, scratch)
                     else:
                         measured[side] = (
-                            install.backup_in_process()
-                            if side == "tbhub"
-                            else install.tbhub("admin", "backup", "run")
+                            install.backup_in_process() if side == "tbhub" else install.backup_cli()
                         )
                         assert len(install.snapshots()) == 2, install.snapshots()
                         install.drop_newer_than_baseline()
                     os.sync()
-                plain, ours, cli = measured["plain"], measured["tbhub"], measured["cli"]
             finally:
                 put_back(saved)
-            line = f"plain {plain:.2f}s, tbhub {ours:.2f}s, tbhub CLI {cli:.2f}s"
-            if i == 0:
-                log(f"warm-up: {line}")
-                continue
-            results["plain"].append(plain)
-            results["tbhub"].append(ours)
-            results["tbhub_cli"].append(cli)
-            log(f"run {i}: {line}")
-    medians = {k: statistics.median(v) for k, v in results.items()}
+            return {"plain": measured["plain"], "tbhub": measured["tbhub"],
+                    "tbhub_cli": measured["cli"]}  # fmt: skip
+
+        results, medians = timed_rounds(args.runs, SIDES, one_round, lambda r: (
+            f"plain {r['plain']:.2f}s, tbhub {r['tbhub']:.2f}s, tbhub CLI {r['tbhub_cli']:.2f}s"
+        ))  # fmt: skip
     ratio = medians["tbhub"] / medians["plain"]
     report = {
         "files": len(files),
@@ -206,7 +184,7 @@ def main() -> None:
         "target": 1.1,
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        emit_json(report)
     else:
         print(f"{len(files):,} files, 1% changed; medians of {args.runs} runs")
         print(f"  plain rsync -a --link-dest: {medians['plain']:.2f}s")

@@ -17,17 +17,13 @@ directories.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from backup_incremental import BIN_DIR, cached_tree, log
+from _harness import Tbhub, arguments, emit_json, log, temp_dir
+from backup_incremental import backdate, cached_tree
 
 
 def du_bytes(*paths: Path) -> list[int]:
@@ -47,26 +43,12 @@ def directory_bytes(root: Path) -> tuple[int, int]:
 
 def one_run(storage: Path, scratch: Path) -> dict[str, int]:
     target = scratch / "target"
-    env = {
-        **os.environ,
-        "TBHUB_DATA_DIR": str(scratch / "data"),
-        "TBHUB_STORAGE_ROOT": str(storage),
-        "TBHUB_BACKUP_TARGET": str(target),
-        "TBHUB_CONFIG": str(scratch / "absent.toml"),
-    }
-    tbhub = str(BIN_DIR / "tbhub")
-    subprocess.run([tbhub, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(
-        [tbhub, "admin", "backup", "run"], env=env, check=True, stdout=subprocess.DEVNULL
-    )
+    hub = Tbhub(scratch, storage, extra_env={"TBHUB_BACKUP_TARGET": str(target)})
+    hub.cli("db", "upgrade")
+    hub.cli("admin", "backup", "run")
     [first] = [n for n in os.listdir(target) if n.endswith("Z")]
-    # A day earlier, so snapshot retention (one a day) keeps both.
-    older = "20000101T000000Z"
-    (target / first).rename(target / older)
-    (target / f"{first}.sha256").rename(target / f"{older}.sha256")
-    subprocess.run(
-        [tbhub, "admin", "backup", "run"], env=env, check=True, stdout=subprocess.DEVNULL
-    )
+    older = backdate(target, first)
+    hub.cli("admin", "backup", "run")
     [second] = [n for n in os.listdir(target) if n.endswith("Z") and n != older]
     first_bytes, second_extra = du_bytes(target / older, target / second)
     dirs, dir_bytes = directory_bytes(target / second)
@@ -82,21 +64,18 @@ def one_run(storage: Path, scratch: Path) -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = arguments(__doc__, runs=5).parse_args()
     storage = cached_tree()
     results = []
     for i in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="tbhub-bench-space.") as scratch:
-            results.append(one_run(storage, Path(scratch)))
+        with temp_dir("tbhub-bench-space.") as scratch:
+            results.append(one_run(storage, scratch))
         log(f"run {i + 1}: {results[-1]}")
-    medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    medians = {k: statistics.median(r[k] for r in results) for k in results[0]}  # ints stay ints
     extra_ratio = medians["second_snapshot_extra_bytes"] / medians["first_snapshot_bytes"]
     report = {"runs": results, "medians": medians, "extra_ratio": extra_ratio}
     if args.json:
-        print(json.dumps(report, indent=2))
+        emit_json(report)
         return
     mib = 1024 * 1024
     print(f"medians of {args.runs} runs, 100,000 files in 2,000 runs")

@@ -21,40 +21,30 @@ The target is <= 1.5x.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
-import shutil
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-BIN_DIR = Path(sys.executable).parent
-CACHE = Path(tempfile.gettempdir()) / "tbhub-bench-cache" / "retention-100k-runs"
+from _harness import Tbhub, arguments, cached, emit_json, log, temp_dir, timed, timed_rounds
+
+CACHE_KEY = "retention-100k-runs"
 PROJECTS, RUNS_PER_PROJECT, FILES_PER_RUN, RUNS_PER_GROUP, EVENT_FILES = 20, 5000, 10, 100, 3
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+SIDES = ("find", "tbhub_cli", "tbhub_in_process")
 
 
 def build_tree() -> Path:
-    """<cache>/storage/proj-NN/group-NNN/run-NNNNN/ with 10 files each (3 event files),
-    0-2 KiB each, last writes spread over 200 days. Built once; `complete` marks it done."""
-    storage = CACHE / "storage"
-    if (CACHE / "complete").exists():
-        return storage
-    shutil.rmtree(CACHE, ignore_errors=True)
+    """<cache>/retention-100k-runs/storage/proj-NN/group-NNN/run-NNNNN/ with 10 files each
+    (3 event files), 0-2 KiB each, last writes spread over 200 days. Built once."""
+    return cached(CACHE_KEY, lambda staging: write_tree(staging / "storage")) / "storage"
+
+
+def write_tree(storage: Path) -> str:
     storage.mkdir(parents=True)
     rng = random.Random(7)
     payload = os.urandom(2048)
     now = time.time()
     started = time.monotonic()
-    log(f"building {PROJECTS * RUNS_PER_PROJECT:,} runs in {storage} (once; cached) ...")
     for p in range(PROJECTS):
         for r in range(RUNS_PER_PROJECT):
             run = storage / f"proj-{p:02d}" / f"group-{r // RUNS_PER_GROUP:03d}" / f"run-{r:05d}"
@@ -75,31 +65,16 @@ def build_tree() -> Path:
                 stamp = now - age - f
                 os.utime(path, (stamp, stamp))
         log(f"  project {p + 1}/{PROJECTS} after {time.monotonic() - started:.0f}s")
-    (CACHE / "complete").write_text("built\n")
-    return storage
+    return f"{PROJECTS * RUNS_PER_PROJECT:,} runs\n"
 
 
-def set_up_tbhub(root: Path, storage: Path) -> dict[str, str]:
-    """A data dir with SQLite, migrated, with the 20 projects registered; returns its env."""
-    env = {
-        **os.environ,
-        "TBHUB_DATA_DIR": str(root / "data"),
-        "TBHUB_STORAGE_ROOT": str(storage),
-        "TBHUB_CONFIG": str(root / "absent.toml"),
-        "TBHUB_RETENTION_MAX_AGE_DAYS": "100",
-    }
-    tbhub = str(BIN_DIR / "tbhub")
-    subprocess.run([tbhub, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
+def set_up_tbhub(root: Path, storage: Path) -> Tbhub:
+    """A data dir with SQLite, migrated, with the 20 projects registered."""
+    hub = Tbhub(root, storage, extra_env={"TBHUB_RETENTION_MAX_AGE_DAYS": "100"})
+    hub.cli("db", "upgrade")
     for p in range(PROJECTS):
-        subprocess.run([tbhub, "admin", "project", "create", f"proj-{p:02d}"], env=env,
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-    return env
-
-
-def timed(command: list[str], env: dict[str, str] | None = None) -> float:
-    started = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+        hub.cli("admin", "project", "create", f"proj-{p:02d}")
+    return hub
 
 
 def plan_in_process(env: dict[str, str]) -> tuple[float, int]:
@@ -123,30 +98,24 @@ def plan_in_process(env: dict[str, str]) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = arguments(__doc__, runs=5).parse_args()
     storage = build_tree()
-    results: dict[str, list[float]] = {"find": [], "tbhub_cli": [], "tbhub_in_process": []}
-    with tempfile.TemporaryDirectory(prefix="tbhub-bench-plan.") as scratch:
-        env = set_up_tbhub(Path(scratch), storage)
+    with temp_dir("tbhub-bench-plan.") as scratch:
+        hub = set_up_tbhub(scratch, storage)
         find = ["find", str(storage), "-printf", "%s %T@\n"]
-        cli = [str(BIN_DIR / "tbhub"), "admin", "retention", "plan", "--json"]
         removed = 0
-        for i in range(args.runs + 1):
+
+        def one_round(index: int) -> dict[str, float]:
+            nonlocal removed
             a = timed(find)
-            b = timed(cli, env)
-            c, removed = plan_in_process(env)
-            line = f"find {a:.2f}s, tbhub CLI {b:.2f}s, tbhub in-process {c:.2f}s"
-            if i == 0:
-                log(f"warm-up: {line}")
-                continue
-            results["find"].append(a)
-            results["tbhub_cli"].append(b)
-            results["tbhub_in_process"].append(c)
-            log(f"run {i}: {line}")
-    medians = {k: statistics.median(v) for k, v in results.items()}
+            b = hub.timed_cli("admin", "retention", "plan", "--json")
+            c, removed = plan_in_process(hub.env)
+            return {"find": a, "tbhub_cli": b, "tbhub_in_process": c}
+
+        results, medians = timed_rounds(args.runs, SIDES, one_round, lambda r: (
+            f"find {r['find']:.2f}s, tbhub CLI {r['tbhub_cli']:.2f}s, "
+            f"tbhub in-process {r['tbhub_in_process']:.2f}s"
+        ))  # fmt: skip
     report = {
         "runs_in_tree": PROJECTS * RUNS_PER_PROJECT,
         "files_in_tree": PROJECTS * RUNS_PER_PROJECT * FILES_PER_RUN,
@@ -158,7 +127,7 @@ def main() -> None:
         "target": 1.5,
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        emit_json(report)
         return
     print(f"100,000 runs / 1,000,000 files ({removed:,} runs planned for removal); "
           f"medians of {args.runs} runs")  # fmt: skip
