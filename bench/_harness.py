@@ -726,6 +726,17 @@ def emit_json(data: dict[str, Any], stream: IO[str] = sys.stdout) -> None:
     stream.write("\n")
 
 
+def report(result: dict[str, Any], *, as_json: bool, text: str, to_log: bool = False) -> None:
+    """The results: as JSON with --json, else `text` for people, on stdout (or with
+    `to_log`, on stderr with the progress lines)."""
+    if as_json:
+        emit_json(result)
+    elif to_log:
+        log(text)
+    else:
+        print(text)
+
+
 def emit_report(
     benchmark: str, *, data: dict[str, Any], samples: Sequence[Any], n: int, summary: str,
     **figures: Any,

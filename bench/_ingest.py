@@ -3,6 +3,7 @@ running `tbhub serve` with an API token for the bench project."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import PROJECT, Tbhub, cached, temp_dir
+from _harness import PROJECT, Tbhub, arguments, at_least, cached, temp_dir
 
 PNG_SIZE = 96  # pixels per side of each logged image
 
@@ -76,6 +77,20 @@ def log_tree(total_bytes: int, runs: int) -> Path:
         return f"{runs} runs x {steps} steps\n"
 
     return cached(f"tree-{total_bytes >> 20}m-{runs}r", build) / "tree"
+
+
+def tree_arguments(doc: str, *, runs: int, size_mib: int) -> argparse.Namespace:
+    """--runs, --size-mib (of the log tree) and --json."""
+    parser = arguments(doc, runs=runs)
+    parser.add_argument("--size-mib", type=at_least(1), default=size_mib, help="the tree's size")
+    return parser.parse_args()
+
+
+def sized_tree(size_mib: int) -> tuple[Path, int]:
+    """The cached tree of 32 runs adding up to about `size_mib` MiB (see log_tree), and its
+    exact size in bytes."""
+    tree = log_tree(size_mib << 20, runs=32)
+    return tree, tree_bytes(tree)
 
 
 def tree_bytes(tree: Path) -> int:

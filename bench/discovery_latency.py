@@ -12,7 +12,6 @@ interval + 1 s.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ import httpx
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import PROJECT, emit_json, log, median, wait_for
+from _harness import PROJECT, arguments, log, median, report, wait_for
 from _ingest import serving
 
 
@@ -55,10 +54,8 @@ def _listed(api: httpx.Client, path: str) -> Callable[[], bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser = arguments(__doc__, runs=5)
     parser.add_argument("--poll-interval", type=float, default=10.0)
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result: dict[str, Any] = {
         "poll_interval": args.poll_interval,
@@ -67,12 +64,11 @@ def main() -> None:
     for mode in ("inotify", "polling"):
         samples = measure(mode, args.runs, args.poll_interval)
         result[mode] = {"seconds": samples, "median": median(samples)}
-    if args.json:
-        emit_json(result)
-    else:
-        log(f"discovery: inotify {result['inotify']['median']:.2f}s, polling "
-            f"{result['polling']['median']:.2f}s (poll interval {args.poll_interval}s; "
-            f"target <= {args.poll_interval + 1}s)")  # fmt: skip
+    report(result, as_json=args.json, to_log=True, text=(
+        f"discovery: inotify {result['inotify']['median']:.2f}s, polling "
+        f"{result['polling']['median']:.2f}s (poll interval {args.poll_interval}s; "
+        f"target <= {args.poll_interval + 1}s)"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

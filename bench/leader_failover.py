@@ -28,7 +28,6 @@ default postgresql+psycopg://postgres@127.0.0.1:5432/postgres). Uses ports 19000
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import re
@@ -44,10 +43,11 @@ import httpx
 from _harness import (
     PROJECT,
     Tbhub,
+    arguments,
     cached_logdir,
-    emit_json,
     log,
     median,
+    report,
     runs_listed,
     temp_dir,
     wait_for,
@@ -171,21 +171,16 @@ def run(runs: int, warmup: int) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = arguments(__doc__, runs=5, warmup=1).parse_args()
     result = run(args.runs, args.warmup)
-    if args.json:
-        emit_json(result)
-        return
-    print(f"SIGKILL of the leader -> the standby holds the lock: median "
-          f"{result['to_lock_median_s']:.2f}s, max {result['to_lock_max_s']:.2f}s")  # fmt: skip
-    print(f"SIGKILL of the leader -> its first reconcile pass: median "
-          f"{result['to_first_pass_median_s']:.2f}s, max {result['to_first_pass_max_s']:.2f}s "
-          f"(target <= {TARGET_S:.0f}s); the board was adopted every time: "
-          f"{result['board_kept_every_time']}")  # fmt: skip
+    report(result, as_json=args.json, text=(
+        f"SIGKILL of the leader -> the standby holds the lock: median "
+        f"{result['to_lock_median_s']:.2f}s, max {result['to_lock_max_s']:.2f}s\n"
+        f"SIGKILL of the leader -> its first reconcile pass: median "
+        f"{result['to_first_pass_median_s']:.2f}s, max {result['to_first_pass_max_s']:.2f}s "
+        f"(target <= {TARGET_S:.0f}s); the board was adopted every time: "
+        f"{result['board_kept_every_time']}"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

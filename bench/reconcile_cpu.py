@@ -18,12 +18,11 @@ and the share of one core that full passes take at the default 5 s interval.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-from _harness import emit_json, log, median, temp_dir
+from _harness import arguments, at_least, log, median, report, temp_dir
 from tbhub.boards import AccessTracker
 from tbhub.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.models import Board, DesiredState, Project
@@ -135,23 +134,21 @@ def run(passes: int, database_url: str | None) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--passes", type=int, default=20)
+    parser = arguments(__doc__)
+    parser.add_argument("--passes", type=at_least(1), default=20)
     parser.add_argument("--database-url", default=None)
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", action="store_true", help="cProfile one pass to stderr")
     args = parser.parse_args()
     result = run(args.passes, args.database_url)
-    if args.json:
-        emit_json(result)
-        return
-    print(f"{PROJECTS} projects, {LIVE} live boards ({result['database']}), median of "
-          f"{args.passes} passes:")  # fmt: skip
-    print(f"  full pass (probes, PSS, database): {result['full_pass_cpu_s'] * 1000:.0f} ms CPU, "
-          f"{result['full_pass_wall_s'] * 1000:.0f} ms wall")  # fmt: skip
-    print(f"  fast pass (probes, database):      {result['fast_pass_cpu_s'] * 1000:.0f} ms CPU, "
-          f"{result['fast_pass_wall_s'] * 1000:.0f} ms wall")  # fmt: skip
-    print(f"  at the default 5 s interval: {result['core_share_at_5s_interval']:.1%} of one core")
+    report(result, as_json=args.json, text=(
+        f"{PROJECTS} projects, {LIVE} live boards ({result['database']}), median of "
+        f"{args.passes} passes:\n"
+        f"  full pass (probes, PSS, database): {result['full_pass_cpu_s'] * 1000:.0f} ms CPU, "
+        f"{result['full_pass_wall_s'] * 1000:.0f} ms wall\n"
+        f"  fast pass (probes, database):      {result['fast_pass_cpu_s'] * 1000:.0f} ms CPU, "
+        f"{result['fast_pass_wall_s'] * 1000:.0f} ms wall\n"
+        f"  at the default 5 s interval: {result['core_share_at_5s_interval']:.1%} of one core"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ exactly the remainder was sent, nothing twice); then the medians.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -20,19 +19,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from _harness import PROJECT, TBHUB_BIN, emit_json, log, median
-from _ingest import log_tree, serving, tree_bytes
-
-
-def held(run_dir: Path) -> int:
-    return sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())
+from _harness import PROJECT, TBHUB_BIN, log, median, report
+from _ingest import serving, sized_tree, tree_arguments, tree_bytes
 
 
 def settled(run_dir: Path) -> int:
     """What the server holds once chunks already received when the client died are written."""
     last, stable_since = -1, time.monotonic()
     while time.monotonic() - stable_since < 1.0:
-        now = held(run_dir)
+        now = tree_bytes(run_dir)
         if now != last:
             last, stable_since = now, time.monotonic()
         time.sleep(0.05)
@@ -40,13 +35,8 @@ def settled(run_dir: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--size-mib", type=int, default=256)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    tree = log_tree(args.size_mib << 20, runs=32)
-    total = tree_bytes(tree)
+    args = tree_arguments(__doc__, runs=3, size_mib=256)
+    tree, total = sized_tree(args.size_mib)
     samples = []
     with serving("tbhub-bench-resume.") as (hub, api):
         token = api.headers["Authorization"].split()[1]
@@ -63,7 +53,7 @@ def main() -> None:
             while first.poll() is None:
                 fresh = set((hub.storage_root / PROJECT).glob("*")) - before
                 run_dir = run_dir or next(iter(fresh), None)
-                if run_dir is not None and held(run_dir) >= total // 2:
+                if run_dir is not None and tree_bytes(run_dir) >= total // 2:
                     first.send_signal(signal.SIGKILL)
                     break
                 time.sleep(0.005)
@@ -75,17 +65,16 @@ def main() -> None:
             left = total - settled(run_dir)
             second = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             sent = json.loads(second.stdout)["bytes_sent"]
-            assert held(run_dir) == total
+            assert tree_bytes(run_dir) == total
             samples.append({"bytes_left": left, "bytes_sent": sent, "ratio": sent / left})
             log(f"run {index + 1}/{args.runs}: {left:,} bytes left at the kill, resume sent "
                 f"{sent:,} ({sent / left:.3f}x)")  # fmt: skip
     result = {"tree_bytes": total, "samples": samples,
               "median_ratio": median([s["ratio"] for s in samples])}  # fmt: skip
-    if args.json:
-        emit_json(result)
-    else:
-        log(f"resume sent {result['median_ratio']:.3f}x the bytes left (median; 1.000 = only "
-            "the remainder)")  # fmt: skip
+    report(result, as_json=args.json, to_log=True, text=(
+        f"resume sent {result['median_ratio']:.3f}x the bytes left (median; 1.000 = only "
+        "the remainder)"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

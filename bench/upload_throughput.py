@@ -17,31 +17,25 @@ medians and the throughput ratio median(cp) / median(upload); the target is >= 0
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import time
 
-from _harness import emit_json, log, median
-from _ingest import log_tree, new_run, serving, tree_bytes
+from _harness import report, timed_rounds
+from _ingest import new_run, serving, sized_tree, tree_arguments
 from tbhub.client.upload import Uploader
 
 TARGET = 0.5
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    tree = log_tree(args.size_mib << 20, runs=32)
-    size = tree_bytes(tree)
-    copies, uploads = [], []
+    args = tree_arguments(__doc__, runs=5, size_mib=1024)
+    tree, size = sized_tree(args.size_mib)
     with serving("tbhub-bench-upload.") as (hub, api):
         scratch = hub.storage_root / "copies"
         scratch.mkdir()
-        for index in range(args.runs + 1):
+
+        def one_round(index: int) -> dict[str, float]:
             target = scratch / f"copy-{index}"
             started = time.perf_counter()
             subprocess.run(["cp", "-r", str(tree), str(target)], check=True)
@@ -51,32 +45,31 @@ def main() -> None:
             run = new_run(api, f"upload-{index}")
             uploader = Uploader(api, str(run["upload_url"]), tree)
             started = time.perf_counter()
-            report = uploader.sync(final=True)
+            sent = uploader.sync(final=True)
             upload_seconds = time.perf_counter() - started
-            assert report.bytes_sent == size, (report.bytes_sent, size)
+            assert sent.bytes_sent == size, (sent.bytes_sent, size)
             shutil.rmtree(hub.storage_root / "bench" / str(run["path"]))
-            label = "warm-up" if index == 0 else f"run {index}/{args.runs}"
-            log(f"{label}: cp {copy_seconds:6.2f}s  upload {upload_seconds:6.2f}s "
-                f"({size / upload_seconds / 2**20:6.0f} MiB/s)")  # fmt: skip
-            if index > 0:
-                copies.append(copy_seconds)
-                uploads.append(upload_seconds)
-    ratio = median(copies) / median(uploads)
+            return {"cp": copy_seconds, "upload": upload_seconds}
+
+        seconds, medians = timed_rounds(args.runs, ("cp", "upload"), one_round, lambda r: (
+            f"cp {r['cp']:6.2f}s  upload {r['upload']:6.2f}s "
+            f"({size / r['upload'] / 2**20:6.0f} MiB/s)"
+        ))  # fmt: skip
+    ratio = medians["cp"] / medians["upload"]
     result = {
         "bytes": size,
-        "cp_seconds": copies,
-        "upload_seconds": uploads,
-        "cp_median": median(copies),
-        "upload_median": median(uploads),
-        "upload_mib_per_s": size / median(uploads) / 2**20,
+        "cp_seconds": seconds["cp"],
+        "upload_seconds": seconds["upload"],
+        "cp_median": medians["cp"],
+        "upload_median": medians["upload"],
+        "upload_mib_per_s": size / medians["upload"] / 2**20,
         "throughput_ratio": ratio,
         "target": TARGET,
     }
-    if args.json:
-        emit_json(result)
-    else:
-        log(f"{size / 2**30:.2f} GiB: cp {median(copies):.2f}s, upload {median(uploads):.2f}s "
-            f"-> upload runs at {ratio:.2f}x the speed of cp (target >= {TARGET})")  # fmt: skip
+    report(result, as_json=args.json, to_log=True, text=(
+        f"{size / 2**30:.2f} GiB: cp {medians['cp']:.2f}s, upload {medians['upload']:.2f}s "
+        f"-> upload runs at {ratio:.2f}x the speed of cp (target >= {TARGET})"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":

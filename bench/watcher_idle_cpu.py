@@ -12,12 +12,11 @@ the target is <= 2%.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
 
-from _harness import emit_json, log, median, temp_dir
+from _harness import arguments, log, median, report, temp_dir
 from tbhub.storage.watcher import ProjectChanges, StorageWatcher
 
 RUNS, FILES_PER_RUN = 10_000, 10
@@ -42,10 +41,8 @@ def make_tree(root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="idle windows to measure")
+    parser = arguments(__doc__, runs=3)
     parser.add_argument("--window", type=float, default=20.0, help="seconds per window")
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with temp_dir("tbhub-bench-watcher.") as work:
         log(f"creating {RUNS * FILES_PER_RUN:,} files ...")
@@ -80,11 +77,10 @@ def main() -> None:
     result = {"files": RUNS * FILES_PER_RUN, "runs": RUNS, "window_seconds": args.window,
               "cpu_percent": percents, "median_percent": median(percents),
               "target_percent": TARGET_PERCENT}  # fmt: skip
-    if args.json:
-        emit_json(result)
-    else:
-        log(f"idle watcher over {RUNS * FILES_PER_RUN:,} files: {median(percents):.4f}% of a "
-            f"core (target <= {TARGET_PERCENT}%)")  # fmt: skip
+    report(result, as_json=args.json, to_log=True, text=(
+        f"idle watcher over {RUNS * FILES_PER_RUN:,} files: {median(percents):.4f}% of a core "
+        f"(target <= {TARGET_PERCENT}%)"
+    ))  # fmt: skip
 
 
 if __name__ == "__main__":
