@@ -565,12 +565,17 @@ class WrkReport:
 def start_wrk(
     url: str, *, threads: int, connections: int, duration: int, log_path: Path,
     headers: dict[str, str] | None = None, options: Sequence[str] = (),
+    script_args: Sequence[str] = (),
 ) -> Group:  # fmt: skip
-    """`wrk -t<threads> -c<connections> -d<duration>s [options] [-H header]... <url>`."""
+    """`wrk -t<threads> -c<connections> -d<duration>s [options] [-H header]... <url>
+    [-- script_args...]`."""
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", *options]
     for name, value in (headers or {}).items():
         command += ["-H", f"{name}: {value}"]
-    return spawn("wrk", [*command, url], log_path=log_path)
+    command.append(url)
+    if script_args:
+        command += ["--", *script_args]
+    return spawn("wrk", command, log_path=log_path)
 
 
 def stop_wrk(wrk: Group) -> WrkReport:
@@ -582,10 +587,12 @@ def stop_wrk(wrk: Group) -> WrkReport:
 def run_wrk(
     url: str, *, threads: int, connections: int, duration: int, log_path: Path,
     headers: dict[str, str] | None = None, options: Sequence[str] = (),
+    script_args: Sequence[str] = (),
 ) -> WrkReport:  # fmt: skip
     """One wrk run to its end; a failed run (exit code, no request count or rate) raises."""
     wrk = start_wrk(url, threads=threads, connections=connections, duration=duration,
-                    log_path=log_path, headers=headers, options=options)  # fmt: skip
+                    log_path=log_path, headers=headers, options=options,
+                    script_args=script_args)  # fmt: skip
     try:
         code = wrk.process.wait(timeout=duration + 60)
     finally:

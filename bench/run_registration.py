@@ -2,107 +2,111 @@
 and on SQLite, with p50/p99 latency.
 
 Each database gets a fresh `tbhub serve` (nginx, control plane, supervisor) and a write
-token; 64 asyncio clients each POST /api/v1/projects/bench/runs in a loop (distinct names,
-as jobs do), for `--requests` registrations per round after a warm-up. The figure is the
-median of `--rounds` rounds. Every registration creates its run directory and row, and
-commits before its 201. The load generator runs on the same 2 cores as the server, so the
-numbers are a floor, and noisy when other work shares the machine.
+token. `wrk --latency` with 64 connections POSTs /api/v1/projects/bench/runs
+(bench/register_runs.lua gives every request a distinct run name, as jobs do); anything but a
+201 counts as an error. Every registration creates its run directory and row, and commits
+before its 201. Each round, after a warm-up, has two parts of `--duration` seconds:
 
-    python bench/run_registration.py [--rounds 5] [--requests 3000] [--clients 64]
+- peak: every client sends its next registration as soon as the last one is answered; the
+  figure is the rate. With 64 clients always waiting, latency here is just 64 / rate.
+- paced: every client pauses 64 / `--rate` seconds before each registration, an offered load
+  of at most `--rate` per second (the target, 300); the figures are the rate served and the
+  p50/p99 latency at that load.
+
+The figures are medians over `--rounds` rounds. The load generator is wrk (C), so little of
+the 2 cores goes to it; other work on the machine makes the figures noisy.
+
+    python bench/run_registration.py [--rounds 5] [--duration 10] [--clients 64] [--rate 300]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
-import time
-
-import httpx
+from pathlib import Path
 
 from _harness import (
     PROJECT,
+    WrkReport,
     arguments,
     emit_json,
     hub_on_database,
     log,
     median,
     on_databases,
-    percentile,
+    run_wrk,
     temp_dir,
 )
 
+SCRIPT = Path(__file__).with_name("register_runs.lua")
 
-async def one_round(base_url: str, token: str, *, clients: int, requests: int, tag: str
-                    ) -> tuple[float, list[float], int]:  # fmt: skip
-    """(seconds, latencies in ms, errors) of `requests` registrations over `clients` clients."""
-    latencies: list[float] = []
-    errors = 0
-    issued = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    headers = {"Authorization": f"Bearer {token}"}
-    url = f"/api/v1/projects/{PROJECT}/runs"
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits,
-                                 timeout=30.0) as http:  # fmt: skip
 
-        async def worker(index: int) -> None:
-            nonlocal errors, issued
-            n = 0
-            while issued < requests:
-                issued += 1
-                n += 1
-                started = time.perf_counter()
-                response = await http.post(url, json={"name": f"{tag}-c{index}-{n}"})
-                latencies.append((time.perf_counter() - started) * 1000)
-                if response.status_code != 201:
-                    errors += 1
+def registrations(base_url: str, token: str, *, clients: int, duration: int, tag: str,
+                  pause_ms: int, log_path: Path) -> WrkReport:  # fmt: skip
+    """`duration` seconds of registrations over `clients` connections, each pausing
+    `pause_ms` before each request."""
+    return run_wrk(
+        f"{base_url}/api/v1/projects/{PROJECT}/runs",
+        threads=2, connections=clients, duration=duration, log_path=log_path,
+        headers={"Authorization": f"Bearer {token}"},
+        options=["--latency", "--timeout", "30s", "-s", str(SCRIPT)],
+        script_args=[tag, str(pause_ms)],
+    )  # fmt: skip
 
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(i) for i in range(clients)))
-        return time.perf_counter() - started, latencies, errors
+
+def figures(report: WrkReport) -> dict[str, float]:
+    assert report.requests_per_s is not None
+    return {
+        "per_second": report.requests_per_s,
+        "p50_ms": report.latency_ms("50"),
+        "p99_ms": report.latency_ms("99"),
+        "errors": report.failed,
+    }
 
 
 def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, object]:
-    log(f"{database}: {args.rounds} rounds of {args.requests} registrations, "
-        f"{args.clients} clients")  # fmt: skip
+    pause_ms = round(args.clients * 1000 / args.rate)
+    log(f"{database}: {args.rounds} rounds of {args.duration} s at peak and {args.duration} s "
+        f"paced ({args.clients} clients, {pause_ms} ms between registrations each)")  # fmt: skip
+    peaks: list[dict[str, float]] = []
+    paced: list[dict[str, float]] = []
     with temp_dir("tbhub-bench-runs-") as root:
         hub = hub_on_database(root, url)
         with hub.serving():
             token = hub.write_token()
-            asyncio.run(one_round(hub.base_url, token, clients=args.clients,
-                                  requests=args.warmup, tag="warm"))  # fmt: skip
-            rounds: list[dict[str, float]] = []
+            load = functools.partial(registrations, hub.base_url, token, clients=args.clients)
+            if args.warmup:
+                load(duration=args.warmup, tag="warm", pause_ms=0, log_path=root / "warm.log")
             for r in range(args.rounds):
-                seconds, latencies, errors = asyncio.run(one_round(
-                    hub.base_url, token, clients=args.clients, requests=args.requests,
-                    tag=f"r{r}"))  # fmt: skip
-                rate = len(latencies) / seconds
-                rounds.append({
-                    "per_second": rate,
-                    "p50_ms": percentile(latencies, 0.50),
-                    "p99_ms": percentile(latencies, 0.99),
-                    "errors": errors,
-                })  # fmt: skip
-                log(f"  {database} round {r + 1}: {rate:.0f}/s, p50 {rounds[-1]['p50_ms']:.1f} ms, "
-                    f"p99 {rounds[-1]['p99_ms']:.1f} ms, {errors} errors")  # fmt: skip
+                for kind, pause, into in (("peak", 0, peaks), ("paced", pause_ms, paced)):
+                    report = load(duration=args.duration, tag=f"{kind}{r}", pause_ms=pause,
+                                  log_path=root / f"{kind}-{r}.log")  # fmt: skip
+                    into.append(figures(report))
+                    log(f"  {database} round {r + 1} {kind}: {into[-1]['per_second']:.0f}/s, "
+                        f"p50 {into[-1]['p50_ms']:.1f} ms, p99 {into[-1]['p99_ms']:.1f} ms, "
+                        f"{report.failures}")  # fmt: skip
             registered = len(list((root / "storage" / PROJECT).iterdir()))
     return {
         "database": database,
         "clients": args.clients,
-        "requests_per_round": args.requests,
-        "per_second_median": median([r["per_second"] for r in rounds]),
-        "p50_ms_median": median([r["p50_ms"] for r in rounds]),
-        "p99_ms_median": median([r["p99_ms"] for r in rounds]),
-        "errors": sum(int(r["errors"]) for r in rounds),
+        "seconds_per_part": args.duration,
+        "peak_per_second_median": median([r["per_second"] for r in peaks]),
+        "paced_offered_per_second": args.rate,
+        "paced_per_second_median": median([r["per_second"] for r in paced]),
+        "paced_p50_ms_median": median([r["p50_ms"] for r in paced]),
+        "paced_p99_ms_median": median([r["p99_ms"] for r in paced]),
+        "errors": sum(int(r["errors"]) for r in peaks + paced),
         "run_directories": registered,
-        "rounds": rounds,
+        "peak_rounds": peaks,
+        "paced_rounds": paced,
     }
 
 
 def main() -> None:
-    parser = arguments(__doc__, warmup=500, json=False, databases="postgresql,sqlite")
+    parser = arguments(__doc__, warmup=3, json=False, databases="postgresql,sqlite")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per part")
+    parser.add_argument("--rate", type=int, default=300, help="the paced load's offered rate")
     parser.add_argument("--clients", type=int, default=64)
     args = parser.parse_args()
     results = on_databases(args.databases, functools.partial(measure, args=args))
