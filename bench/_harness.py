@@ -121,6 +121,16 @@ def cached_logdir(*, runs: int, steps: int, tags: int) -> tuple[Path, list[str]]
     return cached(f"r{runs}-s{steps}-t{tags}", build) / PROJECT, names
 
 
+def copied_logdir(work: Path, *, runs: int, steps: int, tags: int) -> tuple[Path, list[str]]:
+    """A copy of the cached sample data as the bench project of a new storage root,
+    work/storage (what a benchmark does there leaves the cache alone). Returns the storage
+    root and the run names."""
+    cached_dir, names = cached_logdir(runs=runs, steps=steps, tags=tags)
+    storage = work / "storage"
+    shutil.copytree(cached_dir, storage / PROJECT)
+    return storage, names
+
+
 # -- processes --------------------------------------------------------------------------------
 
 
@@ -338,6 +348,16 @@ class Tbhub:
         """A client with a signed-in session that asks for JSON, as a board's page does."""
         headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
         return httpx.Client(timeout=timeout, headers=headers)
+
+    def wait_for_board(self, cookie: str, path: str, timeout: float = 180.0) -> None:
+        """Until the bench board answers 200 at `path` through nginx (started on demand)."""
+        with self.browser(cookie) as client:
+            wait_for(answers_200(client, self.board_url(path)), timeout=timeout,
+                     what=f"the board to answer {path} through nginx", interval=0.2)  # fmt: skip
+
+    def direct_url(self, path: str) -> str:
+        """`path` on the running bench board itself, not through nginx."""
+        return f"http://{self.board_upstream()}/boards/{PROJECT}/{path.lstrip('/')}"
 
     def wait_for_zygote(self, timeout: float = 60.0) -> float:
         """Wait until the board zygote listens (it binds its socket once its imports are done)."""

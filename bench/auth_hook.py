@@ -19,9 +19,7 @@ Needs nginx and wrk on PATH; uses loopback only.
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,14 +29,14 @@ import httpx
 from _harness import (
     PROJECT,
     Tbhub,
-    answers_200,
-    cached_logdir,
+    arguments,
+    at_least,
+    copied_logdir,
     emit_json,
     log,
     median,
     run_wrk,
     temp_dir,
-    wait_for,
 )
 
 CONNECTIONS, THREADS = 64, 2
@@ -69,30 +67,22 @@ def wrk(url: str, headers: dict[str, str], duration: int, work: Path, label: str
 
 
 def measure(repeats: int, duration: int) -> list[Sample]:
-    cached, _ = cached_logdir(runs=3, steps=100, tags=5)
     samples: list[Sample] = []
     with temp_dir("tbhub-bench-hook.") as work:
-        storage = work / "storage"
-        shutil.copytree(cached, storage / PROJECT)
+        storage, _ = copied_logdir(work, runs=3, steps=100, tags=5)
         hub = Tbhub(root=work / "tbhub", storage_root=storage)
-        hub.root.mkdir()
-        try:
-            hub.set_up()
-            hub.start()
+        with hub.serving():
             session = hub.sign_in()
             share = json.loads(hub.cli("admin", "share", "create", PROJECT, "--json"))["url"]
             share_token = share.rsplit("/", 1)[1]
-            nginx_url = hub.board_url(PATH)
-            with httpx.Client(timeout=5.0, cookies={"tbhub_session": session}) as client:
-                wait_for(answers_200(client, nginx_url), timeout=180.0,
-                         what="the board through nginx", interval=0.2)  # fmt: skip
+            hub.wait_for_board(session, PATH)
             hook = f"http://127.0.0.1:{hub.api_port}/_auth/board"
             original = {"X-Tbhub-Original-Uri": f"/boards/{PROJECT}/{PATH}"}
             targets = {
                 "hook/session": (hook, {**original, "Cookie": f"tbhub_session={session}"}),
                 "hook/share": (hook, {**original, "Cookie": f"tbhub_share={share_token}"}),
-                "board/direct": (f"http://{hub.board_upstream()}/boards/{PROJECT}/{PATH}", {}),
-                "board/nginx": (nginx_url, {"Cookie": f"tbhub_session={session}"}),
+                "board/direct": (hub.direct_url(PATH), {}),
+                "board/nginx": (hub.board_url(PATH), {"Cookie": f"tbhub_session={session}"}),
             }
             for kind, (url, headers) in targets.items():
                 if httpx.get(url, headers=headers, timeout=10).status_code != 200:
@@ -105,19 +95,13 @@ def measure(repeats: int, duration: int) -> list[Sample]:
                     log(f"run {index}/{repeats} {kind:13} {sample.requests_per_s:9.1f} req/s "
                         f"p50 {sample.p50_ms:6.2f} ms p99 {sample.p99_ms:7.2f} ms "
                         f"non-2xx {sample.non_2xx}")  # fmt: skip
-        finally:
-            hub.stop()
     return samples
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--duration", type=int, default=10)
-    parser.add_argument("--json", action="store_true")
+    parser = arguments(__doc__, runs=5)
+    parser.add_argument("--duration", type=at_least(1), default=10, help="seconds per wrk run")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.duration < 1:
-        parser.error("--runs and --duration must be >= 1")
     samples = measure(args.runs, args.duration)
     summary = {}
     for kind in ("hook/session", "hook/share", "board/direct", "board/nginx"):

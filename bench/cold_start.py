@@ -34,7 +34,6 @@ Needs nginx on PATH (or in /usr/sbin). Uses ports 19000-19499 on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +42,7 @@ from _harness import (
     PROJECT,
     Tbhub,
     arguments,
-    cached_logdir,
+    copied_logdir,
     emit_report,
     measure_rounds,
     medians,
@@ -122,11 +121,9 @@ def print_runs(samples: Sequence[Sample], kinds: Sequence[str], runs: int) -> No
 
 
 def run(repeats: int, warmup: int, tbhub_bin: str, launchers: Sequence[str]) -> list[Sample]:
-    cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     with temp_dir("tbhub-bench-cold.") as work:
-        storage = work / "storage"
+        storage, names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
         logdir = storage / PROJECT
-        shutil.copytree(cached, logdir)
 
         def one_round(index: int, label: str) -> list[Sample]:
             measured = [Sample("bare", index, measure_bare(logdir, names, work, label))]

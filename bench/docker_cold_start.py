@@ -30,13 +30,11 @@ Every container and network it makes carries its own installation label and is r
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 
 from _harness import (
-    PROJECT,
     arguments,
-    cached_logdir,
+    copied_logdir,
     docker_boards,
     emit_report,
     measure_rounds,
@@ -50,10 +48,8 @@ KINDS = ("exec", "zygote", "docker")
 
 
 def run(repeats: int, warmup: int, tbhub_bin: str) -> list[Sample]:
-    cached, names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     with temp_dir("tbhub-bench-docker-cold.") as work:
-        storage = work / "storage"
-        shutil.copytree(cached, storage / PROJECT)
+        storage, names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
 
         def one_round(index: int, label: str) -> list[Sample]:
             measured = []

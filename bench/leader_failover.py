@@ -32,7 +32,6 @@ import contextlib
 import json
 import re
 import secrets
-import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -41,10 +40,9 @@ from pathlib import Path
 import httpx
 
 from _harness import (
-    PROJECT,
     Tbhub,
     arguments,
-    cached_logdir,
+    copied_logdir,
     log,
     median,
     report,
@@ -117,13 +115,11 @@ def stop_all(replicas: list[Tbhub], state_dir: Path) -> None:
 
 
 def run(runs: int, warmup: int) -> dict[str, object]:
-    logdir, names = cached_logdir(runs=5, steps=200, tags=2)
     with (
         temp_dir("tbhub-failover.") as work,
         postgres_database(prefix="tbhub_bench_") as database_url,
     ):
-        storage = work / "storage"
-        shutil.copytree(logdir, storage / PROJECT)
+        storage, names = copied_logdir(work, runs=5, steps=200, tags=2)
         state_dir = work / "boards"
         env = {
             "TBHUB_DATABASE_URL": database_url,

@@ -31,7 +31,6 @@ makes the board start times (and so the time to serve) noisy; failed requests ar
 
 from __future__ import annotations
 
-import argparse
 import re
 import signal
 import sys
@@ -44,10 +43,12 @@ import httpx
 from _harness import (
     PROJECT,
     Tbhub,
+    arguments,
+    at_least,
     cached_logdir,
-    emit_json,
     log,
     median,
+    report,
     start_wrk,
     stop_wrk,
     temp_dir,
@@ -141,10 +142,7 @@ def run(restarts: int) -> dict[str, object]:
             "TBHUB_BOARD_MEMORY_FRESH_SECONDS": "1",
             "TBHUB_RECONCILE_INTERVAL": str(INTERVAL),
         })  # fmt: skip
-        tbhub.root.mkdir()
-        tbhub.set_up()
-        tbhub.start()
-        try:
+        with tbhub.serving():
             cookie, poll_cookie = tbhub.sign_in(), tbhub.sign_in()
             headers = {"Accept": "application/json"}
 
@@ -177,8 +175,6 @@ def run(restarts: int) -> dict[str, object]:
                     side.detail = report.failures
                     log(f"{side.name}: {side.failed} failed of {side.requests} ({side.detail})")
             starts = board_start_times(tbhub)
-        finally:
-            tbhub.stop()
     tbhub_side = sides[0]
     return {
         "board_start_median_s": median(starts),
@@ -193,21 +189,21 @@ def run(restarts: int) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--restarts", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
+    parser = arguments(__doc__)
+    parser.add_argument("--restarts", type=at_least(1), default=20)
     args = parser.parse_args()
     result = run(args.restarts)
-    if args.json:
-        emit_json(result)
-        return
-    for side in result["sides"]:  # type: ignore[attr-defined]
-        print(f"{side['name']:>7}: {side['failed']} failed requests of {side['requests']} "
-              f"during {args.restarts} restarts ({side['detail']})")  # fmt: skip
-    print(f"time from crossing the limit to serving from the new board: median "
-          f"{result['time_to_serve_median_s']:.2f}s, max {result['time_to_serve_max_s']:.2f}s; "
-          f"target: two intervals ({INTERVAL:.0f}s each) + one board start (median "
-          f"{result['board_start_median_s']:.2f}s) = {result['target_s']:.2f}s")  # fmt: skip
+    sides = [
+        f"{side['name']:>7}: {side['failed']} failed requests of {side['requests']} "
+        f"during {args.restarts} restarts ({side['detail']})"
+        for side in result["sides"]  # type: ignore[attr-defined]
+    ]
+    report(result, as_json=args.json, text="\n".join([*sides, (
+        f"time from crossing the limit to serving from the new board: median "
+        f"{result['time_to_serve_median_s']:.2f}s, max {result['time_to_serve_max_s']:.2f}s; "
+        f"target: two intervals ({INTERVAL:.0f}s each) + one board start (median "
+        f"{result['board_start_median_s']:.2f}s) = {result['target_s']:.2f}s"
+    )]))  # fmt: skip
 
 
 if __name__ == "__main__":

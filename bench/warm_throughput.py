@@ -34,9 +34,7 @@ Needs nginx and wrk on PATH. Uses ports 19000-19499 on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,19 +43,17 @@ import httpx
 import psutil
 
 from _harness import (
-    PROJECT,
-    TBHUB_BIN,
     Tbhub,
     WrkReport,
-    answers_200,
-    cached_logdir,
+    arguments,
+    at_least,
+    copied_logdir,
     docker_boards,
     emit_json,
     log,
     median,
     run_wrk,
     temp_dir,
-    wait_for,
 )
 
 RUNS, STEPS, TAGS = 3, 100, 5
@@ -110,27 +106,15 @@ def measure(
 def measure_with(
     repeats: int, duration: int, warmup: int, tbhub_bin: str, env: dict[str, str]
 ) -> tuple[list[WrkResult], dict[str, str]]:
-    cached, _names = cached_logdir(runs=RUNS, steps=STEPS, tags=TAGS)
     results: list[WrkResult] = []
     with temp_dir("tbhub-bench-warm.") as work:
-        storage = work / "storage"
-        shutil.copytree(cached, storage / PROJECT)
+        storage, _names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
         hub = Tbhub(root=work / "tbhub", storage_root=storage, tbhub_bin=tbhub_bin, extra_env=env)
-        hub.root.mkdir()
-        try:
-            hub.set_up()
-            hub.start()
+        with hub.serving():
             cookie = hub.sign_in()
             nginx_url = hub.board_url(PATH)
-            headers = {"Cookie": f"tbhub_session={cookie}", "Accept": "application/json"}
-            with httpx.Client(timeout=5.0, headers=headers) as client:
-                wait_for(
-                    answers_200(client, nginx_url),
-                    timeout=180.0,
-                    what="the board to answer through nginx",
-                    interval=0.2,
-                )
-            direct_url = f"http://{hub.board_upstream()}/boards/{PROJECT}/{PATH}"
+            hub.wait_for_board(cookie, PATH)
+            direct_url = hub.direct_url(PATH)
             check_same_answer(direct_url, nginx_url, cookie)
             assert hub.server is not None
             serve = psutil.Process(hub.server.pid)
@@ -157,27 +141,17 @@ def measure_with(
                         f" ({total} requests, non-2xx/3xx {non_2xx}, socket errors {errors})"
                         + (f", tbhub serve CPU {cpu:.2f}s" if kind == "nginx" else "")
                     )
-        finally:
-            hub.stop()
     return results, urls
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5, help="measured wrk runs of each (>= 1)")
-    parser.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured short runs of each")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument(
-        "--tbhub-bin", default=TBHUB_BIN, help="the tbhub executable to measure (A/B tests)"
-    )
+    parser = arguments(__doc__, runs=5, warmup=1, tbhub_bin=True)
+    parser.add_argument("--duration", type=at_least(1), default=10, help="seconds per wrk run")
     parser.add_argument(
         "--backend", choices=sorted(TARGET_RATIO), default="subprocess",
         help="where the board runs: a subprocess, or a container on the local dockerd",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.duration < 1 or args.warmup < 0:
-        parser.error("--runs and --duration must be >= 1, --warmup >= 0")
 
     target = TARGET_RATIO[args.backend]
     results, urls = measure(args.runs, args.duration, args.warmup, args.tbhub_bin, args.backend)
