@@ -1,10 +1,13 @@
-"""What bench/cold_start.py and bench/warm_throughput.py share.
+"""What the benchmarks in bench/ share (bench/_ingest.py adds what the upload and discovery
+benchmarks share).
 
-- sample data, generated once with tbhub.sample_logs and cached under the temp dir;
+- data built once and cached under the temp dir: sample data written with tbhub.sample_logs,
+  copied into a scratch storage root for each run;
 - processes started in their own session and stopped by process group, never by name;
 - a real `tbhub serve` (control plane, supervisor, nginx) on ports picked in 19000-19499
   (TBHUB_BENCH_PORTS=low-high moves them),
-  with a user and a project created through the `tbhub admin` CLI and a signed-in session;
+  with a user and a project created through the `tbhub admin` CLI and a signed-in session,
+  on SQLite or on a scratch PostgreSQL database, boards as subprocesses or in containers;
 - a bare TensorBoard on the same logdir, for comparison;
 - wrk runs and what their output says;
 - the command line, rounds of measurements (warm-up first), small statistics and reports.
@@ -177,6 +180,13 @@ def spawn(
             start_new_session=True,
         )
     return Group(name=name, process=process, log_path=log_path, ref=ProcessRef.of(process.pid))
+
+
+def timed(command: Sequence[str], env: dict[str, str] | None = None) -> float:
+    """Seconds `command` takes to run to its end, its output discarded; a failure raises."""
+    started = time.perf_counter()
+    subprocess.run(list(command), env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
 
 
 @contextlib.contextmanager
@@ -621,13 +631,6 @@ def run_wrk(
     if code != 0 or report.requests_per_s is None or report.requests is None:
         raise RuntimeError(f"wrk failed (exit {code}):\n{report.text}")
     return report
-
-
-def timed(command: Sequence[str], env: dict[str, str] | None = None) -> float:
-    """Seconds `command` takes to run to its end, its output discarded; a failure raises."""
-    started = time.perf_counter()
-    subprocess.run(list(command), env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
 
 
 # -- command line and rounds ------------------------------------------------------------------
