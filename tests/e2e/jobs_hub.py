@@ -8,11 +8,13 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
 from tbhub.auth.tokens import create_token
+from tbhub.board_settings import SettingsChange, update_settings
 from tbhub.models import Role, TokenScope
 from tbhub.projects import set_membership
 from tbhub.users import get_user
@@ -54,6 +56,9 @@ def running_hub(root: Path) -> Iterator[Hub]:
         server.add_project("vision")
         with server.db() as session:
             set_membership(session, project="vision", user="bob", role=Role.editor, actor="test")
+            # The board picks up new event files within 2 s instead of the default 30 s.
+            update_settings(session, project="vision", change=SettingsChange(reload_interval=2),
+                            actor="test", now=datetime.now(UTC))  # fmt: skip
             bob = get_user(session, name="bob")
             _, write = create_token(session, user=bob, name="job", scope=TokenScope.write,
                                     projects=["vision"], expires_at=None, actor="test")  # fmt: skip
@@ -70,7 +75,7 @@ def running_hub(root: Path) -> Iterator[Hub]:
 
 def board_scalars(hub: Hub, run_path: str, tag: str, count: int) -> list[tuple[int, float]]:
     """(step, value) of a tag, read from the board through nginx with a read token, once it
-    holds `count` points (the board reloads event files every few seconds)."""
+    holds `count` points (the board reloads event files every 2 seconds)."""
     client = hub.api()
 
     def loaded() -> list[list[float]] | None:
