@@ -7,8 +7,10 @@ moves it too. Symlinks are neither followed nor counted (DESIGN.md decision 9).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import stat
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +20,7 @@ from tbhub.errors import UnsafePath
 from tbhub.jobs.fsops import DIR_FLAGS, open_below
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +142,28 @@ def scan_projects(items: list[tuple[str, str]]) -> list[list[RunInfo]]:
     workers = min(len(items), os.cpu_count() or 1, 8)
     if workers < 2:
         return [_scan_one(item) for item in items]
+    with worker_pool(workers) as pool:
+        return list(pool.map(_scan_one, items))
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes that end with the process that made them. A pool's workers wait on
+    a pipe whose write end they hold themselves, so without this a server killed mid-scan
+    would leave them waiting forever."""
     forkable = threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if forkable else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return list(pool.map(_scan_one, items))
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_end_with_parent,
+        initargs=(os.getpid(),),
+    )
+
+
+def _end_with_parent(parent: int) -> None:
+    """In a worker: be killed when the parent dies (Linux PR_SET_PDEATHSIG), and exit now if
+    it already has."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
