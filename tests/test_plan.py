@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from tbhub.supervisor.loop import busy
 from tbhub.supervisor.plan import (
     BoardSpec,
     Desired,
@@ -244,6 +245,32 @@ def test_heal_table(name: str, desired: dict[str, Desired], actual: list[Instanc
     result = plan(desired, actual, now=NOW, policy=HEAL, health=health)
     assert describe(result) == sorted(actions)
     assert result.observed["p"].instance_id == serving
+
+
+BUSY_CASES = [
+    # (name, actual, health, whether the next pass should come soon)
+    ("over the limit twice: the replacement starts, look again soon",
+     [board("old", pss=300 * MiB)], {"old": seen(over_limit=1)}, True),
+    ("replacement ready but missing runs: look again soon",
+     [board("old", pss=300 * MiB, runs=RUNS), board("new", started=990, runs=frozenset({"run-a"}))],
+     {"old": seen(over_limit=2), "new": seen(ready_at=NOW - 5)}, True),
+    ("replacement lists the old runs: switched, nothing to hurry",
+     [board("old", pss=300 * MiB, runs=RUNS), board("new", started=990, runs=RUNS)],
+     {"old": seen(over_limit=2), "new": seen(ready_at=NOW - 1)}, False),
+    ("one board within its limit: the interval will do",
+     [board("old")], {"old": seen()}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "actual", "health", "busy_after"), BUSY_CASES, ids=[c[0] for c in BUSY_CASES]
+)
+def test_a_pass_in_the_middle_of_a_swap_asks_for_the_next_one_soon(
+    name: str, actual: list[Instance], health: dict[str, Health], busy_after: bool
+) -> None:
+    result = plan(want(), actual, now=NOW, policy=HEAL, health=health)
+    assert busy(result, actual) is busy_after
+    assert ("p" in result.catching_up) is name.startswith("replacement ready but missing")
 
 
 def test_over_the_limit_soon_after_start_backs_off_instead_of_restarting() -> None:

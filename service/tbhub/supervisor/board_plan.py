@@ -199,6 +199,7 @@ class BoardPlan:
             return routed  # one drain at a time: switch again once the last one is over
         if self._caught_up(newest_usable, routed):
             return newest_usable
+        self.result.catching_up.add(want.project)
         return routed
 
     def _caught_up(self, new: Instance, old: Instance) -> bool:

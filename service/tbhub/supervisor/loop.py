@@ -61,6 +61,22 @@ def policy_from_settings(settings: Settings) -> Policy:
     )
 
 
+def busy(result: Plan, actual: list[Instance]) -> bool:
+    """Look again soon: a board starts (a cold start, or a replacement started this pass and
+    not yet seen), or a ready replacement waits to list the old board's runs before the
+    switch. Only the interval's full passes would otherwise notice, one interval late."""
+    return (
+        any(o.state == ObservedState.starting for o in result.observed.values())
+        or any(isinstance(a, Start) for a in result.actions)
+        or bool(result.catching_up)
+        or any(
+            i.alive and h.ready_at is None
+            for i in actual
+            if (h := result.health.get(i.instance_id)) is not None
+        )
+    )
+
+
 class Supervisor:
     def __init__(
         self,
@@ -192,11 +208,7 @@ class Supervisor:
         if full:
             self._remove_stopped_views(desired, actual)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - began)
-        return any(o.state == ObservedState.starting for o in result.observed.values()) or any(
-            i.alive and h.ready_at is None
-            for i in actual
-            if (h := result.health.get(i.instance_id)) is not None
-        )
+        return busy(result, actual)
 
     def _check_links(
         self, desired: dict[str, Desired], actual: list[Instance], now: float

@@ -186,3 +186,5 @@ class Plan:
     memory_backoff: dict[str, MemoryBackoff] = field(default_factory=dict)
     # Projects whose boards stop to make room within the memory budget.
     evicted: list[str] = field(default_factory=list)
+    # Projects whose replacement is ready but does not list the old board's runs yet.
+    catching_up: set[str] = field(default_factory=set)
