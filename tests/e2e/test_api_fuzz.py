@@ -32,6 +32,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
             "--report", "junit", "--report-junit-path", str(report),
         ],
         env=hub.env(), capture_output=True, text=True, timeout=900,
+        cwd=tmp_path,  # its cache (.schemathesis/) goes there, not into the checkout
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert "testcase" in report.read_text()  # it ran operations, it did not just load the spec
