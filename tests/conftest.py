@@ -83,6 +83,13 @@ def database_url(
         yield url
 
 
+@pytest.fixture(params=DATABASES)
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind, without tables: for what must meet an unmigrated one."""
+    with empty_database(request.param, tmp_path) as url:
+        yield url
+
+
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str) -> Settings:
     return prepare_runtime(

@@ -34,7 +34,12 @@ def tbhub(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_admin_commands_need_a_migrated_database(cli_env: Settings) -> None:
+def test_admin_commands_need_a_migrated_database(
+    empty_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TBHUB_DATABASE_URL", empty_database_url)
+    monkeypatch.setenv("TBHUB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TBHUB_CONFIG", str(tmp_path / "absent.toml"))
     code, _, err = tbhub("admin", "user", "list")
     assert code == 1
     assert "run `tbhub db upgrade` first" in err
