@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from tbhub import audit
 from tbhub.errors import InvalidInput
-from tbhub.models import Board, BoardSettings, DesiredState, Project
+from tbhub.models import Board, BoardSettings, BoardState, CompareBoard, DesiredState, Project
 from tbhub.projects import get_project
 from tbhub.settings import Settings
 from tbhub.supervisor.board_process import OFF_BY_DEFAULT_PLUGINS
@@ -93,23 +93,30 @@ def describe_board(session: Session, project: Project, settings: Settings) -> di
 
 
 def describe_boards(session: Session, settings: Settings) -> list[dict[str, Any]]:
-    """describe_board() of every board, by project name, in one query."""
+    """describe_board() of every project's board, by project name, then every compare board
+    (kind `compare`, named by its slug: it uses memory like any board)."""
     rows = session.execute(
         select(Project.name, Board, BoardSettings)
         .join(Board, Board.project_id == Project.id)
         .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
         .order_by(Project.name)
     ).all()
-    return [_describe(name, board, own, settings) for name, board, own in rows]
+    compares = session.scalars(select(CompareBoard).order_by(CompareBoard.slug))
+    return [
+        *(_describe(name, board, own, settings) for name, board, own in rows),
+        *(_describe(c.slug, c, None, settings, kind="compare") for c in compares),
+    ]
 
 
 def _describe(
-    name: str, board: Board, own: BoardSettings | None, settings: Settings
-) -> dict[str, Any]:
+    name: str, board: BoardState, own: BoardSettings | None, settings: Settings,
+    kind: str = "project",
+) -> dict[str, Any]:  # fmt: skip
     default_limit = int(settings.board_memory_limit) or None
     limit = own.memory_limit if own is not None and own.memory_limit is not None else None
     return {
-        "project": name,
+        "project": name,  # the board's name: /boards/<project>/
+        "kind": kind,
         "desired": board.desired_state.value,
         "observed": board.observed_state.value,
         "upstream": board.upstream,

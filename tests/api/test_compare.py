@@ -158,3 +158,21 @@ def test_no_project_may_take_the_shape_of_a_compare_boards_name(
                 session, name="cmp-0123456789ab", storage_root=tmp_path, owner=None, actor="test"
             )
         create_project(session, name="cmp-vision", storage_root=tmp_path, owner=None, actor="test")
+
+
+def test_admins_see_compare_boards_among_the_boards_and_in_metrics(
+    team: Team, factory: sessionmaker[Session]
+) -> None:
+    grant(factory, "speech", "carol", Role.viewer)
+    body = {"runs": [f"vision/{register(team, 'vision')}", f"speech/{register(team, 'speech')}"]}
+    made = team.client.post(COMPARE, json=body, headers=team.headers("carol"))
+    slug = made.json()["slug"]
+    boards = team.client.get("/api/v1/boards", headers=team.headers("root"))
+    assert boards.status_code == 200, boards.text
+    rows = {row["project"]: row for row in boards.json()["boards"]}
+    assert rows["vision"]["kind"] == "project" and rows[slug]["kind"] == "compare"
+    assert rows[slug]["desired"] == "stopped" and rows[slug]["memory_limit"] is not None
+    listed = team.client.get("/api/v1/boards", headers=team.headers("carol"))
+    assert listed.status_code == 403, "only admins list every board"
+    metrics = team.client.get("/metrics").text
+    assert f'tbhub_board_memory_limit_bytes{{project="{slug}"}}' in metrics

@@ -58,16 +58,17 @@ def _bytes(value: int | None) -> str:
 @app.command("list")
 @handle_errors
 def board_list(as_json: bool = JsonOption) -> None:
-    """Every board: state, PSS against its limit, restarts by reason, last access."""
+    """Every board (each project's, then compare boards): state, PSS against its limit,
+    restarts by reason, last access."""
     settings = runtime_settings()
     with db_session(settings) as session:
         rows = describe_boards(session, settings)
 
     def human() -> None:
         print_table(
-            ("project", "desired", "observed", "PSS", "limit", "restarts",
+            ("board", "kind", "desired", "observed", "PSS", "limit", "restarts",
              time_column("last access"), "note"),
-            [(row["project"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
+            [(row["project"], row["kind"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
               _bytes(row["memory_limit"]), _restarts(row["restarts"]),
               row["last_access_at"] or "-", row["status_note"] or "") for row in rows],
             empty="no boards yet: each project has one; create a project with "
