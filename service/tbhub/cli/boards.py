@@ -68,8 +68,8 @@ def board_list(as_json: bool = JsonOption) -> None:
         print_table(
             ("board", "kind", "desired", "observed", "PSS", "limit", "restarts",
              time_column("last access"), "note"),
-            [(row["project"], row["kind"], row["desired"], row["observed"], _bytes(row["pss_bytes"]),
-              _bytes(row["memory_limit"]), _restarts(row["restarts"]),
+            [(row["project"], row["kind"], row["desired"], row["observed"],
+              _bytes(row["pss_bytes"]), _bytes(row["memory_limit"]), _restarts(row["restarts"]),
               row["last_access_at"] or "-", row["status_note"] or "") for row in rows],
             empty="no boards yet: each project has one; create a project with "
                   "`tbhub admin project create NAME`",
