@@ -424,7 +424,10 @@ def test_a_board_over_its_limit_once_is_swapping_before_its_replacement_starts()
 
     assert observed(300 * MiB, seen()) == ([], True), "first time over: no restart, no cache"
     assert observed(100 * MiB, seen(over_limit=1)) == ([], False), "back under: cached again"
-    assert observed(100 * MiB, seen(), answers=False) == ([], True), "a missed probe"
+    assert observed(100 * MiB, seen(), answers=False) == ([], False), "one missed probe: cached"
+    assert observed(100 * MiB, seen(probe_failures=1), answers=False) == ([], True), (
+        "two missed probes in a row, one short of hung: no cache"
+    )
     backing_off = observed(300 * MiB, seen(over_limit=4), memory_backoffs=1,
                            memory_retry_at=NOW + 60)  # fmt: skip
     assert backing_off == ([], False), "during a memory backoff nothing is coming: cached"

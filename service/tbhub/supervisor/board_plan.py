@@ -65,12 +65,16 @@ class BoardPlan:
         return self.health(instance).over_limit >= self.policy.over_limit_after
 
     def replacement_likely(self, instance: Instance) -> bool:
-        """Over its limit or missing probes already: a coming pass may replace it. Answers
-        pointing at it are not cached from now on, so that when the switch comes, readers
-        move to the new board at once instead of when a cached answer expires."""
+        """Over its limit, or one missed probe short of hung: a coming pass may replace it.
+        Answers pointing at it are not cached from now on, so that when the switch comes,
+        readers move to the new board at once instead of when a cached answer expires. A
+        single missed probe does not count: a board busy under load misses one now and then,
+        and turning the cache off then would load the control plane when it can least
+        afford it."""
         health, want = self.health(instance), self.want
         backing_off = want.memory_retry_at is not None and self.now < want.memory_retry_at
-        return (health.over_limit > 0 and not backing_off) or health.probe_failures > 0
+        almost_hung = health.probe_failures >= max(1, self.policy.hung_after - 1)
+        return (health.over_limit > 0 and not backing_off) or almost_hung
 
     def replacement_reason(self, instance: Instance) -> str | None:
         """Why this instance must give way to a new one, if it must."""
