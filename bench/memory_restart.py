@@ -8,7 +8,8 @@ nginx (a signed-in session) the whole time:
   limit; tbhub replaces it blue/green. The script waits until nginx serves from the new
   instance (a poller with its own session reads the `X-Test-Instance` header the board
   adds) and until the old instance's processes are gone.
-- anchor: N restarts the way a `pkill -f tensorboard` cron does them, but aimed by PID:
+- anchor: N restarts the way a cron job that kills every board at once does them, but
+  aimed by PID:
   SIGTERM to the board's process group (PID + start time from its state file, then
   SIGKILL after 5 s), and tbhub's supervisor starts the board again as after a crash.
 
@@ -117,7 +118,7 @@ def one_memory_restart(tbhub: Tbhub, leak: httpx.Client, poll: httpx.Client, sid
     time.sleep(1.5)  # past TBHUB_BOARD_MEMORY_FRESH_SECONDS, so the next leak restarts it
 
 
-def one_pkill_restart(tbhub: Tbhub, poll: httpx.Client) -> None:
+def one_cron_style_restart(tbhub: Tbhub, poll: httpx.Client) -> None:
     url = tbhub.board_url("data/environment")
     wait_for(lambda: only_instance(tbhub) is not None, timeout=120, what="one board")
     state = board_state(tbhub)
@@ -166,7 +167,7 @@ def run(restarts: int) -> dict[str, object]:
                             if side.name == "tbhub":
                                 one_memory_restart(tbhub, leak, poll, side)
                             else:
-                                one_pkill_restart(tbhub, poll)
+                                one_cron_style_restart(tbhub, poll)
                             log(f"  {side.name}: restart {index + 1}/{restarts} done")
                         time.sleep(2)
                     finally:
