@@ -397,6 +397,53 @@ def test_budget_uses_the_last_measured_pss_on_passes_that_measure_nothing() -> N
     assert describe(result) == ["start c (None)"], "200 + 200 + 200 fits in 700"
 
 
+# What a cold start meets under a small budget: (name, budget MiB, desired, actual,
+# actions, c's observed state, words c's note must hold, words it must not hold).
+SMALL_BUDGET_CASES = [
+    ("budget below the default estimate, nothing runs: the first board starts", 64,
+     {"c": project_want("c", last_access=NOW)}, [], ["start c (None)"], "starting", [], []),
+    ("a board measured bigger than the whole budget: says which setting to raise", 150,
+     {"c": replace(project_want("c", last_access=NOW), last_pss=300 * MiB)}, [], [],
+     "no_capacity", ["more than the whole 150 MiB", "TBHUB_BOARD_MEMORY_BUDGET",
+                     "at least 300 MiB"], ["pinned"]),
+    ("the memory is held by a board being read: named, and nothing called pinned", 300,
+     {"b": project_want("b", last_access=NOW - 30), "c": project_want("c", last_access=NOW)},
+     [live("b")], [], "no_capacity", ["b (being read, 200 MiB)", "200 MiB of the 300 MiB"],
+     ["pinned"]),
+    ("a pinned board and an idle one too small to make room: both named", 450,
+     {"a": project_want("a", pinned=True), "i": project_want("i", last_access=NOW - 900),
+      "c": replace(project_want("c", last_access=NOW), last_pss=300 * MiB)},
+     [live("a"), live("i", pss=100 * MiB)], [], "no_capacity",
+     ["a (pinned, 200 MiB)", "i (idle, 100 MiB)"], ["being read"]),
+    ("two cold starts, room for one: the other names the board starting before it", 100,
+     {"c": project_want("c", last_access=NOW), "d": project_want("d", last_access=NOW - 5)},
+     [], ["start c (None)"], "starting", [], []),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "budget", "desired", "actual", "actions", "state", "says", "never_says"),
+    SMALL_BUDGET_CASES,
+    ids=[c[0] for c in SMALL_BUDGET_CASES],
+)
+def test_small_budget_table(name: str, budget: int, desired: dict[str, Desired],
+                            actual: list[Instance], actions: list[str], state: str,
+                            says: list[str], never_says: list[str]) -> None:  # fmt: skip
+    result = plan(desired, actual, now=NOW, policy=replace(BUDGET, budget=budget * MiB))
+    assert describe(result) == actions
+    assert result.observed["c"].state == state
+    note = result.observed["c"].note or ""
+    assert all(word in note for word in says), note
+    assert not any(word in note for word in never_says), note
+
+
+def test_a_board_refused_for_room_names_the_board_admitted_before_it() -> None:
+    desired = {"c": project_want("c", last_access=NOW), "d": project_want("d", last_access=NOW - 5)}
+    result = plan(desired, [], now=NOW, policy=replace(BUDGET, budget=100 * MiB))
+    assert result.observed["d"].state == "no_capacity"
+    assert "c (starting, 100 MiB)" in (result.observed["d"].note or "")
+
+
 def test_a_board_being_replaced_or_drained_is_marked_swapping() -> None:
     def swapping(actual: list[Instance], **changes: object) -> bool:
         result = plan(want(**changes), actual, now=NOW, policy=HEAL,

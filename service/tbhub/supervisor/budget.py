@@ -29,6 +29,10 @@ def refuse(want: Desired, instances: list[Instance], result: Plan) -> None:
     result.observed[want.project] = Observed("failed", error=error)
 
 
+# The setting an operator raises when the budget is too small (README: settings).
+BUDGET_SETTING = "TBHUB_BOARD_MEMORY_BUDGET"
+
+
 def admit(
     cold_starts: list[tuple[Desired, Start]],
     desired: Mapping[str, Desired],
@@ -39,10 +43,12 @@ def admit(
 ) -> None:
     """Start cold boards within the memory budget, evicting least recently used idle boards.
 
-    A board being replaced is not counted twice: only cold starts need room."""
+    A board being replaced is not counted twice: only cold starts need room. A board never
+    measured is costed at most the whole budget, so with nothing else running it starts."""
     if not cold_starts:
         return
-    assert policy.budget is not None
+    budget = policy.budget
+    assert budget is not None
     live = [i for instances in by_project.values() for i in instances]
 
     def last_seen(instance: Instance) -> int | None:
@@ -54,7 +60,7 @@ def admit(
     typical = int(statistics.median(known)) if known else policy.board_estimate
 
     def cost(want: Desired) -> int:
-        return want.last_pss or typical
+        return want.last_pss or min(typical, budget)
 
     def held(instance: Instance) -> int:
         return last_seen(instance) or typical
@@ -72,33 +78,37 @@ def admit(
         key=lambda w: (w.last_access or 0.0, w.project),
     )
     freed_projects: set[str] = set()
+    admitted: dict[str, int] = {}  # cold starts of this pass and what each was costed
     # Most recently asked-for first: they are the ones someone waits for.
     for want, start in sorted(
         cold_starts, key=lambda c: (-(c[0].last_access or 0.0), c[0].project)
     ):
         need = cost(want)
-        if used + need <= policy.budget:
+        if used + need <= budget:
             result.actions.append(start)
+            admitted[want.project] = need
             used += need
             continue
         victims: list[Desired] = []
         room = used
         for candidate in evictable:
-            if room + need <= policy.budget:
+            if room + need <= budget:
                 break
             if candidate.project in freed_projects or candidate.project == want.project:
                 continue
             victims.append(candidate)
             room -= sum(held(i) for i in by_project[candidate.project])
-        if room + need > policy.budget:
-            result.observed[want.project] = Observed(
-                "no_capacity",
-                note=(
-                    f"no capacity right now: boards use {used / MiB:.0f} MiB of the "
-                    f"{policy.budget / MiB:.0f} MiB memory budget and every other board is "
-                    f"pinned or in use; this board needs about {need / MiB:.0f} MiB"
-                ),
+        if room + need > budget:
+            holders = {
+                project: sum(held(i) for i in instances)
+                for project, instances in by_project.items()
+                if project not in freed_projects
+            }
+            holders.update(admitted)
+            note = _no_capacity_note(
+                need, used, budget, holders, desired, admitted, now - policy.reading_window
             )
+            result.observed[want.project] = Observed("no_capacity", note=note)
             continue
         for victim in victims:
             freed_projects.add(victim.project)
@@ -112,3 +122,44 @@ def admit(
             result.observed[want.project],
             note=f"waiting for memory: stopping {', '.join(v.project for v in victims)}",
         )
+
+
+def _no_capacity_note(
+    need: int,
+    used: int,
+    budget: int,
+    holders: Mapping[str, int],
+    desired: Mapping[str, Desired],
+    admitted: Mapping[str, int],
+    read_since: float,
+) -> str:
+    """Why a board cannot start: it alone is bigger than the budget, or the boards that hold
+    the memory, each with why it stays (pinned, read, starting, stopping, idle)."""
+    if need > budget:
+        return (
+            f"this board needs about {need / MiB:.0f} MiB (its last measured size), more than "
+            f"the whole {budget / MiB:.0f} MiB board memory budget; raise {BUDGET_SETTING} "
+            f"to at least {-(-need // MiB)} MiB"
+        )
+
+    def why(project: str) -> str:
+        want = desired.get(project)
+        if project in admitted:
+            return "starting"
+        if want is None or not want.running:
+            return "stopping"
+        if want.pinned:
+            return "pinned"
+        if (want.last_access or 0.0) >= read_since:
+            return "being read"
+        return "idle"
+
+    held = ", ".join(
+        f"{project} ({why(project)}, {size / MiB:.0f} MiB)"
+        for project, size in sorted(holders.items(), key=lambda h: (-h[1], h[0]))
+    )
+    return (
+        f"no capacity right now: boards use {used / MiB:.0f} MiB of the {budget / MiB:.0f} MiB "
+        f"memory budget ({held}) and this board needs about {need / MiB:.0f} MiB; it starts "
+        f"once enough of them stop, or raise {BUDGET_SETTING}"
+    )
