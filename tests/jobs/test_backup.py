@@ -328,3 +328,19 @@ def test_backup_without_a_target_says_what_to_set(
 ) -> None:
     with pytest.raises(ConfigError, match="TBHUB_BACKUP_TARGET"):
         backup.run_backup(factory, jobs_settings, actor="t")
+
+
+def test_backup_list_says_how_the_last_run_ended(
+    factory: sessionmaker[Session],
+    jobs_settings: Settings,
+    project: str,
+    target: Path,
+    cli_env: dict[str, str],
+) -> None:
+    fill_storage(jobs_settings, runs=1)
+    assert "last run: none yet" in runner.invoke(app, ["admin", "backup", "list"]).stdout
+    name = backup.run_backup(factory, jobs_settings, actor="t").snapshot
+    listed = runner.invoke(app, ["admin", "backup", "list"])
+    assert listed.exit_code == 0
+    assert f"last run: complete, to {target}, finished " in listed.stdout, listed.stdout
+    assert f"snapshot {name}, 4 files written" in listed.stdout, listed.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -60,10 +61,21 @@ def list_command(as_json: bool = JsonOption) -> None:
         print_table(("snapshot", "state"), [(r["name"], r["state"]) for r in rows],
                     empty=f"no snapshots on {settings.backup_target} yet; take one with "
                           "`tbhub admin backup run`")  # fmt: skip
-        if last_run and last_run["state"] == "failed":
-            out_console.print(f"last run failed: {last_run['error']}", highlight=False)
+        out_console.print(last_run_line(last_run), highlight=False, markup=False)
 
     emit({"snapshots": rows, "last_run": last_run}, as_json=as_json, human=human)
+
+
+def last_run_line(run: dict[str, Any] | None) -> str:
+    """How the last backup run ended, as `backup list` (and the README) promise."""
+    if run is None:
+        return "last run: none yet; take one with `tbhub admin backup run`"
+    when = f"to {run['target']}, finished {run['finished_at']} by {run['actor']}"
+    if run["state"] == "failed":
+        return f"last run: failed, {when}: {run['error']}"
+    return (f"last run: complete, {when}: snapshot {run['snapshot']}, {run['files']} files "
+            f"written, {human_bytes(run['transferred_bytes'] or 0)} of "
+            f"{human_bytes(run['bytes'] or 0)} transferred")  # fmt: skip
 
 
 @app.command("verify")

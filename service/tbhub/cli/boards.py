@@ -26,6 +26,7 @@ from tbhub.cli.common import (
     db_session,
     emit,
     emit_line,
+    format_value,
     handle_errors,
     human_bytes,
     out_console,
@@ -48,7 +49,7 @@ def _now() -> datetime:
 
 
 def _restarts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())) or "-"
+    return format_value(dict(sorted(counts.items())))
 
 
 def _bytes(value: int | None) -> str:
@@ -92,9 +93,9 @@ def board_status(project: str, as_json: bool = JsonOption) -> None:
                 continue
             if key in ("pss_bytes", "memory_limit"):
                 value = _bytes(value)
-            out_console.print(f"{key}: {value if value is not None else '-'}", markup=False)
-        out_console.print(f"restarts: {_restarts(row['restarts'])}")
-        out_console.print(f"settings: {row['settings']}", markup=False)
+            out_console.print(f"{key}: {format_value(value)}", markup=False)
+        out_console.print(f"restarts: {_restarts(row['restarts'])}", markup=False)
+        out_console.print(f"settings: {format_value(row['settings'])}", markup=False)
         if row["last_error"]:
             out_console.print("last error:")
             out_console.print(row["last_error"], markup=False, highlight=False)
@@ -125,7 +126,7 @@ def board_stop(project: str, as_json: bool = JsonOption) -> None:
 def _set(project: str, change: SettingsChange, as_json: bool) -> None:
     with db_session(runtime_settings()) as session:
         result = update_settings(session, project=project, change=change, actor=ACTOR, now=_now())
-    emit_line({"project": project, "settings": result}, f"{project}: {result}",
+    emit_line({"project": project, "settings": result}, f"{project}: {format_value(result)}",
               as_json=as_json, markup=False)  # fmt: skip
 
 

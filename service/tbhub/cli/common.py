@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 import typer
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Column, Table
 from rich.text import Text
 from sqlalchemy import Engine
@@ -22,11 +22,30 @@ from tbhub.db import alembic_config, make_engine, make_session_factory, transact
 from tbhub.errors import ConfigError, TbhubError
 from tbhub.settings import Settings, load_settings, prepare_runtime
 from tbhub.timestamps import EXAMPLE, json_default
+from tbhub.values import format_value as format_value  # the one formatter of values
 
 P = ParamSpec("P")
 R = TypeVar("R")
-err_console = Console(stderr=True, soft_wrap=True)
-out_console = Console(soft_wrap=True)
+# Output that is not a terminal (a pipe, a file) is not wrapped: a script reads whole lines.
+UNWRAPPED_WIDTH = 100_000
+
+
+class OutputConsole(Console):
+    """A Console whose width is the terminal's, or, when its output is no terminal and
+    COLUMNS is not set, wide enough that no table is wrapped (rich would take 80, or the
+    width of a terminal on another of the standard streams)."""
+
+    def _size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        if self._width is None and not self.is_terminal and "COLUMNS" not in self._environ:
+            return ConsoleDimensions(UNWRAPPED_WIDTH, size.height)
+        return size
+
+    size = property(_size, Console.size.fset)  # type: ignore[attr-defined,assignment]
+
+
+err_console = OutputConsole(stderr=True, soft_wrap=True)
+out_console = OutputConsole(soft_wrap=True)
 
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON.")
 

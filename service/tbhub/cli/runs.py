@@ -7,7 +7,15 @@ from typing import Any
 
 import typer
 
-from tbhub.cli.common import JsonOption, emit, handle_errors, out_console, print_table, time_column
+from tbhub.cli.common import (
+    JsonOption,
+    emit,
+    format_value,
+    handle_errors,
+    out_console,
+    print_table,
+    time_column,
+)
 from tbhub.client import Client
 from tbhub.errors import InvalidInput
 
@@ -16,6 +24,8 @@ app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
 ProjectOption = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT",
                              help="The project.")  # fmt: skip
 FINAL_STATES = ("finished", "failed", "killed")
+# What `runs show` prints under the run's first line, when the run has it.
+DETAILS = ("logdir", "hparams", "metrics", "tags", "git_commit", "notes", "retention_state")
 
 
 def parse_pairs(pairs: list[str], *, what: str) -> dict[str, Any]:
@@ -34,11 +44,13 @@ def parse_pairs(pairs: list[str], *, what: str) -> dict[str, Any]:
 
 
 def print_run(run: dict[str, Any]) -> None:
-    out_console.print(f"run {run['id']} of {run['project']}: {run['path']} ({run['status']})")
-    out_console.print(f"  logdir  {run['logdir']}", highlight=False)
-    for key in ("hparams", "metrics", "tags", "git_commit", "notes", "retention_state"):
+    out_console.print(f"run {run['id']} of {run['project']}: {run['path']} ({run['status']})",
+                      highlight=False, markup=False)  # fmt: skip
+    width = max(map(len, DETAILS)) + 2  # every label, the longest too, then two spaces
+    for key in DETAILS:
         if run.get(key):
-            out_console.print(f"  {key:8}{run[key]}", highlight=False)
+            out_console.print(f"  {key:{width}}{format_value(run[key])}", highlight=False,
+                              markup=False)  # fmt: skip
 
 
 @app.command("create")

@@ -17,6 +17,7 @@ from tbhub.bounds import DAYS_MAX, INT32_MAX, INT64_MAX, MINUTES_MAX
 from tbhub.errors import InvalidInput
 from tbhub.jobs.scan import RunInfo
 from tbhub.timestamps import iso_utc
+from tbhub.values import format_number
 
 Action = Literal["trash", "archive"]
 ACTIONS: tuple[Action, ...] = ("trash", "archive")
@@ -71,7 +72,8 @@ def check_overrides(values: dict[str, Any]) -> dict[str, Any]:
             or not 0 <= value <= largest
         ):
             raise InvalidInput(
-                f"{name} must be a {kind} from 0 to {largest:g} (0 turns it off), not {value!r}"
+                f"{name} must be a {kind} from 0 to {format_number(largest)} (0 turns it off), not "
+                f"{value!r}"
             )
         if whole and int(value) != value:
             raise InvalidInput(f"{name} must be a whole number, not {value!r}")
