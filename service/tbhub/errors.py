@@ -47,9 +47,27 @@ class ConfigError(TbhubError):
     http_status = 500
 
 
+class NoInstance(ConfigError):
+    """A command that acts on an instance found none where its settings point."""
+
+    code = "no_instance"
+
+
+class SettingsDisagree(ConfigError):
+    """A command's setting differs from the one the server runs with."""
+
+    code = "settings_disagree"
+
+
 class UnsafePath(TbhubError):
     code = "unsafe_path"
     http_status = 400
+
+
+class NameTooLong(UnsafePath):
+    """A path, or a name in it, longer than the filesystem (or tbhub's hidden names) allow."""
+
+    code = "name_too_long"
 
 
 class AmbiguousSession(TbhubError):
