@@ -72,6 +72,12 @@ def board_row(session: Session, board: BoardRef) -> BoardRow | None:
     return session.get(CompareBoard, board.id)
 
 
+def failure_reason(last_error: str | None) -> str | None:
+    """The part of a board's last error people are shown: its last line, cut at 300."""
+    lines = (last_error or "").strip().splitlines()
+    return lines[-1][:300] if lines else None
+
+
 @dataclass(frozen=True)
 class BoardView:
     desired: DesiredState
@@ -82,10 +88,20 @@ class BoardView:
     # A replacement is on its way or the old board drains: nginx should not cache the
     # upstream, so readers move to the new board as soon as the directory does.
     swapping: bool = False
+    last_error: str | None = None
 
     @property
     def no_capacity(self) -> bool:
         return self.observed == ObservedState.no_capacity
+
+    @property
+    def failed(self) -> bool:
+        return self.observed == ObservedState.failed
+
+    @property
+    def reason(self) -> str | None:
+        """Why the board does not serve: its standing note, else its last error's last line."""
+        return self.note or failure_reason(self.last_error)
 
     @property
     def serving(self) -> bool:
@@ -128,6 +144,7 @@ class BoardDirectory:
                         model.failures,
                         model.status_note,
                         model.swapping,
+                        model.last_error,
                     )
                 ).all()
                 views.update({BoardRef(kind, row[0]): BoardView(*row[1:]) for row in rows})

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from tbhub.boards import failure_reason
 from tbhub.jobs.policy import Policy, merge
 from tbhub.jobs.retention import override_values
 from tbhub.models import (
@@ -56,9 +57,8 @@ def board_detail(board: Board | None) -> str | None:
         return None
     if board.status_note:
         return board.status_note
-    if board.observed_state == ObservedState.failed and board.last_error:
-        lines = board.last_error.strip().splitlines()
-        return lines[-1][:300] if lines else None
+    if board.observed_state == ObservedState.failed:
+        return failure_reason(board.last_error)
     return None
 
 

@@ -41,15 +41,30 @@ def test_crashing_board_is_marked_failed_with_its_last_log_lines(
     assert failed.observed_state == ObservedState.failed
     assert failed.last_error is not None
     assert "fatal: cannot read logdir (simulated)" in failed.last_error
-    # The gate reads a board snapshot that is at most a second old.
+    # The gate reads a board snapshot that is at most a second old. Its page and its answer
+    # to TensorBoard's calls both say the board failed, and why (the board's last log line).
     wait_until(
         lambda: (
-            "The last start failed"
+            "fatal: cannot read logdir (simulated)"
             in alice.get("/boards/vision/", headers={"Accept": "text/html"}).text
         ),
         timeout=10,
-        what="the starting page to report the failure",
+        what="the board's page to report the failure and its reason",
     )
+    xhr = wait_until(
+        lambda: (
+            (
+                answer := alice.get(
+                    "/boards/vision/data/runs", headers={"Accept": "application/json"}
+                )
+            )
+            and answer.json()["error"]["code"] == "board_failed"
+            and answer
+        ),
+        timeout=15,
+        what="TensorBoard's calls to be told the board failed",
+    )
+    assert "fatal: cannot read logdir (simulated)" in xhr.json()["error"]["message"]
     # Between two retries the board is briefly "starting" again; it fails every time.
     status = wait_until(
         lambda: (

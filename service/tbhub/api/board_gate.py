@@ -15,8 +15,9 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import RedirectResponse
 
+from tbhub.api.board_waiting import not_serving_answer
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
@@ -30,9 +31,7 @@ from tbhub.deps import (
 )
 from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.http_errors import wants_html
-from tbhub.models import ObservedState
 from tbhub.names import is_compare_slug
-from tbhub.templating import render
 
 router = APIRouter(include_in_schema=False)
 
@@ -49,9 +48,6 @@ UNSAFE_BOARD_PATH = re.compile(UNSAFE_BOARD_PATH_REGEX, re.IGNORECASE)
 ORIGINAL_URI = "x-tbhub-original-uri"
 # nginx caches a "go to this board" answer this long (seconds); starting answers not at all.
 AUTH_CACHE_SECONDS = 5
-RETRY_AFTER_SECONDS = 2
-# With no room for a board, asking again every 2 s would only load the control plane.
-NO_CAPACITY_RETRY_SECONDS = 30
 
 
 def auth_cache_seconds(idle_timeout: float) -> int:
@@ -271,39 +267,4 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
             f"you are not a member of project {project!r}; ask one of its owners to add you"
         )
     assert board is not None
-    view = _board_for(context, board)
-    if view is not None and view.no_capacity:
-        return _no_capacity(request, project, view, html=html)
-    failed = view is not None and (view.observed == ObservedState.failed or view.failures > 0)
-    headers = {"Cache-Control": "no-store", "Retry-After": str(RETRY_AFTER_SECONDS)}
-    if html:
-        page = render(
-            request, "starting.html", {"project": project, "failed": failed}, status_code=200
-        )
-        page.headers.update(headers)
-        return page
-    return JSONResponse(
-        {
-            "error": {
-                "code": "board_starting",
-                "message": f"the board of {project!r} is starting; retry in {RETRY_AFTER_SECONDS}s",
-            }
-        },
-        status_code=503,
-        headers=headers,
-    )
-
-
-def _no_capacity(request: Request, project: str, view: BoardView, *, html: bool) -> Response:
-    """The host's board memory budget is full and no board can be stopped for this one."""
-    reason = view.note or "no capacity right now: the host's board memory budget is full"
-    headers = {"Cache-Control": "no-store", "Retry-After": str(NO_CAPACITY_RETRY_SECONDS)}
-    if html:
-        context = {"project": project, "reason": reason, "retry": NO_CAPACITY_RETRY_SECONDS}
-        page = render(request, "no_capacity.html", context, status_code=503)
-        page.headers.update(headers)
-        return page
-    message = f"{reason}; retry in {NO_CAPACITY_RETRY_SECONDS}s"
-    return JSONResponse(
-        {"error": {"code": "no_capacity", "message": message}}, status_code=503, headers=headers
-    )
+    return not_serving_answer(request, project, _board_for(context, board), html=html)

@@ -1,0 +1,66 @@
+"""What the board gate tells the readers of a board that does not serve: it is starting (again
+after a failure), it failed (its starts fail, or it is refused), or the host's memory budget
+has no room for it; as a page that follows the board (static/starting.js) or as the JSON
+error TensorBoard's calls get, always with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+
+from tbhub.boards import BoardView
+from tbhub.templating import render
+
+RETRY_AFTER_SECONDS = 2
+# With no room for a board, asking again every 2 s would only load the control plane.
+NO_CAPACITY_RETRY_SECONDS = 30
+# A failed board starts again after a backoff, or once the cause of a refusal is gone.
+FAILED_RETRY_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class NotServing:
+    """Why a board does not serve, as its readers are told (a page, or a JSON error)."""
+
+    code: str  # board_starting, board_failed, no_capacity
+    template: str
+    status: int  # of the page; JSON answers are always 503
+    retry: int  # Retry-After, seconds
+    message: str
+    reason: str | None = None
+
+
+def not_serving(project: str, view: BoardView | None) -> NotServing:
+    """Starting (again after a failure: with its reason); failed (refused, or its starts
+    fail: with the reason); or no room in the host's memory budget (with the reason)."""
+    if view is not None and view.no_capacity:
+        reason = view.reason or "no capacity right now: the host's board memory budget is full"
+        return NotServing("no_capacity", "no_capacity.html", 503, NO_CAPACITY_RETRY_SECONDS,
+                          reason, reason)  # fmt: skip
+    if view is not None and view.failed:
+        reason = view.reason or "its last start failed"
+        return NotServing("board_failed", "starting.html", 503, FAILED_RETRY_SECONDS,
+                          f"the board of {project!r} failed: {reason}", reason)  # fmt: skip
+    last = view.reason if view is not None and view.failures > 0 else None
+    again = f" again after a failed start ({last})" if last else ""
+    return NotServing("board_starting", "starting.html", 200, RETRY_AFTER_SECONDS,
+                      f"the board of {project!r} is starting{again}", last)  # fmt: skip
+
+
+def not_serving_answer(
+    request: Request, project: str, view: BoardView | None, *, html: bool
+) -> Response:
+    answer = not_serving(project, view)
+    headers = {"Cache-Control": "no-store", "Retry-After": str(answer.retry)}
+    if html:
+        values = {"project": project, "state": answer.code, "reason": answer.reason,
+                  "retry": answer.retry}  # fmt: skip
+        page = render(request, answer.template, values, status_code=answer.status)
+        page.headers.update(headers)
+        return page
+    message = f"{answer.message}; retry in {answer.retry}s"
+    return JSONResponse(
+        {"error": {"code": answer.code, "message": message}}, status_code=503, headers=headers
+    )
