@@ -17,7 +17,7 @@ import psutil
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker, request_board
+from tbhub.boards import request_board
 from tbhub.db import transaction
 from tbhub.models import Board
 from tbhub.projects import create_project
@@ -25,13 +25,11 @@ from tbhub.sample_logs import write_run
 from tbhub.settings import Settings
 from tbhub.storage.links import first_outside_link
 from tbhub.supervisor.backends.local import LocalBackend
-from tbhub.supervisor.loop import Supervisor
 from tbhub.supervisor.observe import probe_ready
-from tbhub.supervisor.plan import Instance, Policy
+from tbhub.supervisor.plan import Instance
 from tbhub.supervisor.state import board_spec
-from tests.scripts import write_script
+from tests.scripts import idle_supervisor
 
-IDLE_FOREVER = "import time\ntime.sleep(600)\n"
 PASSWD_LINE = "root:x:0:0"
 
 
@@ -56,16 +54,7 @@ def test_supervisor_stops_and_refuses_a_board_whose_project_links_out(
                                      owner=None, actor="t")  # fmt: skip
             if name == "vision":
                 request_board(session, project_id=project.id, now=datetime.now(UTC))
-    backend = LocalBackend(
-        state_dir=tmp_path / "boards", owner=str(tmp_path),
-        tensorboard_bin=str(write_script(tmp_path / "tb", IDLE_FOREVER)), stop_grace=0.2,
-    )  # fmt: skip
-    supervisor = Supervisor(
-        factory=factory, backend=backend, tracker=AccessTracker(),
-        storage_root=str(settings.storage), idle_timeout=600, interval=60,
-        policy=Policy(start_timeout=60),
-    )  # fmt: skip
-    try:
+    with idle_supervisor(factory, settings.storage, tmp_path) as (supervisor, backend):
         supervisor.reconcile_once()
         assert [i.project for i in backend.list_instances()] == ["vision"]
         (settings.storage / "vision" / "borrowed").symlink_to(settings.storage / "other")
@@ -78,10 +67,6 @@ def test_supervisor_stops_and_refuses_a_board_whose_project_links_out(
             board = session.get(Board, 1)
             assert board is not None and board.observed_state == "failed"
             assert "the symlink borrowed -> " in (board.last_error or "")
-    finally:
-        for instance in backend.list_instances():
-            backend.stop(instance)
-        supervisor.shutdown(stop_boards=True)
 
 
 PROJECTOR_CONFIG = """\

@@ -8,16 +8,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker, request_board
+from tbhub.boards import request_board
 from tbhub.db import transaction
 from tbhub.projects import create_project
 from tbhub.settings import Settings
-from tbhub.supervisor.backends.local import LocalBackend
-from tbhub.supervisor.loop import Supervisor
-from tbhub.supervisor.plan import Policy
-from tests.scripts import write_script
-
-IDLE_FOREVER = "import time\ntime.sleep(600)\n"
+from tests.scripts import idle_supervisor
 
 
 def test_project_dir_swapped_for_a_symlink_out_of_the_root_gets_no_board(
@@ -37,19 +32,6 @@ def test_project_dir_swapped_for_a_symlink_out_of_the_root_gets_no_board(
     shutil.rmtree(settings.storage / "bad")
     (settings.storage / "bad").symlink_to(outside)
 
-    backend = LocalBackend(
-        state_dir=tmp_path / "boards", owner=str(tmp_path),
-        tensorboard_bin=str(write_script(tmp_path / "tb", IDLE_FOREVER)), stop_grace=0.2,
-    )  # fmt: skip
-    supervisor = Supervisor(
-        factory=factory, backend=backend, tracker=AccessTracker(),
-        storage_root=str(settings.storage), idle_timeout=600, interval=60,
-        policy=Policy(start_timeout=60),
-    )  # fmt: skip
-    try:
+    with idle_supervisor(factory, settings.storage, tmp_path) as (supervisor, backend):
         supervisor.reconcile_once()
         assert [i.project for i in backend.list_instances()] == ["safe"]
-    finally:
-        for instance in backend.list_instances():
-            backend.stop(instance)
-        supervisor.shutdown(stop_boards=True)

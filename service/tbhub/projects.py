@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import select
@@ -14,7 +15,7 @@ from tbhub.db import transaction
 from tbhub.errors import AlreadyExists, Forbidden, NotFound
 from tbhub.models import Board, Membership, Project, Role, User
 from tbhub.names import check_new_project_name, one_of
-from tbhub.storage.paths import project_dir
+from tbhub.storage.paths import open_project
 from tbhub.users import get_user
 
 
@@ -34,7 +35,7 @@ def create_project(
     audit.record(session, actor=actor, action="project.create", target=name, owner=owner)
     session.flush()
     # The directory comes last: if it fails the transaction rolls back with it.
-    project_dir(storage_root, name).mkdir(parents=False, exist_ok=True)
+    os.close(open_project(storage_root, name, create=True))  # refused: a symlink there
     return project
 
 

@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub import audit
 from tbhub.db import transaction
 from tbhub.errors import InvalidInput, NotFound
+from tbhub.jobs.fsops import open_below
 from tbhub.models import Project, RetentionState, Run, RunEvent, RunSource, RunStatus, RunTag
-from tbhub.storage.paths import inside_root, project_dir
+from tbhub.storage.paths import open_project, project_dir
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+,@-]{0,99}")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,63}")
@@ -130,18 +131,34 @@ def _candidates(factory: sessionmaker[Session], project_id: int, stem: str) -> I
 
 
 @contextmanager
-def _made_dir(path: Path) -> Iterator[None]:
-    """mkdir `path` (it must not exist); remove it again if the block fails."""
+def _made_dir(parent_fd: int, name: str) -> Iterator[None]:
+    """mkdir `name` in `parent_fd` (it must not exist); remove it again if the block fails."""
     try:
-        path.mkdir(mode=0o777)
+        os.mkdir(name, 0o777, dir_fd=parent_fd)
     except FileExistsError:
         raise _Taken from None
     try:
         yield
     except BaseException:
         with suppress(OSError):  # someone wrote into it meanwhile: leave it, it is theirs
-            path.rmdir()
+            os.rmdir(name, dir_fd=parent_fd)
         raise
+
+
+@contextmanager
+def _group_dir(storage_root: Path, project: str, group_parts: list[str]) -> Iterator[int]:
+    """The group's directory in the project, made if missing, walked by descriptor from a
+    project directory that obeys storage/paths.py's rule: no symlink is followed, so nothing
+    is created in another project or outside the storage."""
+    project_fd = open_project(storage_root, project, create=True)
+    try:
+        fd = open_below(project_fd, group_parts, create=True)
+    finally:
+        os.close(project_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def register_run(
@@ -161,14 +178,28 @@ def register_run(
     group_parts = check_group(group)
     tags = check_tags(fields.tags)
     now = now or datetime.now(UTC)
-    base = project_dir(storage_root, project)
-    parent = base.joinpath(*group_parts)
-    parent.mkdir(parents=True, exist_ok=True)
-    inside_root(base, parent)  # a symlinked group directory must not lead out of the project
+    with _group_dir(storage_root, project, group_parts) as parent_fd:
+        return _register_in(factory, parent_fd, project, project_id, name, group_parts,
+                            fields, tags, actor, now)  # fmt: skip
+
+
+def _register_in(
+    factory: sessionmaker[Session],
+    parent_fd: int,
+    project: str,
+    project_id: int,
+    name: str,
+    group_parts: list[str],
+    fields: RunFields,
+    tags: list[str],
+    actor: str,
+    now: datetime,
+) -> Run:
     stem = "/".join([*group_parts, f"{now:%Y%m%d-%H%M%S}-{name}"])
     for path in _candidates(factory, project_id, stem):
         try:
-            with transaction(factory) as session, _made_dir(base / path):
+            leaf = path.rpartition("/")[2]
+            with transaction(factory) as session, _made_dir(parent_fd, leaf):
                 run = Run(
                     project_id=project_id,
                     path=path,

@@ -21,7 +21,7 @@ from tbhub.auth.csrf import binding_of
 from tbhub.boards import BoardRef
 from tbhub.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.models import CompareRun, RetentionState, Run, User
-from tbhub.storage.paths import project_dir
+from tbhub.storage.paths import project_path
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])
 
@@ -71,6 +71,6 @@ def board_bar(
         "home": context.settings.public_url.rstrip("/"),
         "csrf_token": context.csrf.token(binding) if binding else None,
         "runs": runs_with_files(session, board),
-        "logdir": str(project_dir(context.settings.storage, project)) if writer else None,
+        "logdir": str(project_path(context.settings.storage, project)) if writer else None,
         "run_command": f"tbhub run --project {project} -- python train.py" if writer else None,
     }

@@ -20,7 +20,7 @@ from tbhub.jobs import retention
 from tbhub.models import Board, Project, Role, Run, RunStatus, User
 from tbhub.overview import board_detail, board_state, run_state
 from tbhub.projects import add_project, visible_projects
-from tbhub.storage.paths import project_dir
+from tbhub.storage.paths import project_path, project_problem
 from tbhub.supervisor.plan import board_prefix
 from tbhub.timestamps import Timestamp
 
@@ -55,6 +55,11 @@ class ProjectOut(BaseModel):
                               "instance admin who is not a member")  # fmt: skip
     board_url: str
     logdir: str = Field(description="The project's directory on the storage: runs go below it")
+    storage_error: str | None = Field(
+        default=None,
+        description="Why the project's directory is refused (a symlink or mount point where "
+        "a real directory should be): no board, upload or run registration until it is fixed",
+    )
     board: BoardOut | None
 
     @classmethod
@@ -63,7 +68,8 @@ class ProjectOut(BaseModel):
             name=project.name,
             role=role,
             board_url=board_prefix(project.name) + "/",
-            logdir=str(project_dir(storage_root, project.name)),
+            logdir=str(project_path(storage_root, project.name)),
+            storage_error=project_problem(storage_root, project.name),
             board=BoardOut.of(project.board),
         )
 

@@ -32,6 +32,7 @@ from tbhub.errors import BackupFailed, ConfigError, InvalidInput, NotFound, Tbhu
 from tbhub.jobs.config import job_lock, trash_root
 from tbhub.jobs.fsops import split_relative
 from tbhub.jobs.manifest import compare, format_manifest, parse_lines
+from tbhub.jobs.run_names import similar_runs_hint
 from tbhub.jobs.snapshots import (
     MANIFEST,
     PARTIAL,
@@ -45,7 +46,7 @@ from tbhub.models import BackupRun
 from tbhub.names import check_project_name
 from tbhub.settings import Settings
 from tbhub.storage.compare_view import compare_root
-from tbhub.storage.paths import inside_root
+from tbhub.storage.paths import inside_root, project_dir
 from tbhub.timestamps import iso_utc
 
 T = TypeVar("T")
@@ -391,6 +392,8 @@ def restore(
     destination = base.joinpath(*parts)
     if into is None:
         inside_root(settings.storage, destination)
+        if project is not None:  # never into another project through a symlinked directory
+            project_dir(settings.storage, project)
     if parts:
         require_in_snapshot(target, name, "/".join(parts))
     destination.mkdir(parents=True, exist_ok=True)
@@ -419,6 +422,9 @@ def require_in_snapshot(target: Target, snapshot: str, relative: str) -> None:
         f"snapshots that do: {', '.join(others[-5:])}" if others
         else "no complete snapshot holds it; see `tbhub admin backup list`"
     )  # fmt: skip
+    if what == "run" and not others:  # the run path as --run takes it, as `retention pin` says
+        project, run = relative.split("/", 1)
+        hint = similar_runs_hint(run, target.run_dirs(snapshot, project), otherwise=hint)
     raise NotFound(f"snapshot {snapshot} has no {what} {relative}; {hint}")
 
 

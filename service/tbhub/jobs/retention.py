@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub import audit
 from tbhub.db import transaction
-from tbhub.errors import JobBusy, NotFound, TbhubError
+from tbhub.errors import JobBusy, NotFound, TbhubError, UnsafePath
 from tbhub.jobs.archive import archive_paths, write_archive
 from tbhub.jobs.config import archive_root, job_lock
 from tbhub.jobs.fsops import is_real_dir, parent_of, require_safe_rmtree, split_relative
@@ -27,12 +27,15 @@ from tbhub.jobs.policy import (
     merge,
     plan_project,
 )
+from tbhub.jobs.run_names import similar_runs_hint
 from tbhub.jobs.scan import RunInfo, measure_dir, scan_projects
 from tbhub.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
 from tbhub.runs import is_registered
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
+
+log = logging.getLogger("tbhub.retention")
 
 
 def default_policy(settings: Settings) -> Policy:
@@ -83,10 +86,21 @@ def plan_retention(
     with factory() as session:
         policies = load_policies(session, settings, project=project)
     now = time.time() if now is None else now
-    dirs = [(str(project_dir(settings.storage, p.project)), p.project) for p in policies]
+    usable, dirs = [], []
+    for item in policies:
+        try:
+            dirs.append((str(project_dir(settings.storage, item.project)), item.project))
+        except UnsafePath as exc:
+            if project is not None:
+                raise
+            # One refused project directory (a symlink to another project) must not stop
+            # retention for all the others, nor be walked into.
+            log.error("retention skips project %s: %s", item.project, exc.message)
+            continue
+        usable.append(item)
     return [
         plan_project(item.project, runs, item.policy, pinned=set(item.pinned), now=now)
-        for item, runs in zip(policies, scan_projects(dirs), strict=True)
+        for item, runs in zip(usable, scan_projects(dirs), strict=True)
     ]
 
 
@@ -245,13 +259,11 @@ def check_run_exists(settings: Settings, *, project: str, run_path: str) -> None
                                                 project)])[0]]  # fmt: skip
     if run_path in runs:
         return
-    nearby = difflib.get_close_matches(run_path, runs, n=5, cutoff=0.5)
-    hint = (
-        f"runs with similar names: {', '.join(nearby)}"
-        if nearby
-        else f"{project} has {len(runs)} run(s); list them with `tbhub admin retention plan "
-        f"--project {project} --json` or look under its storage directory"
-    )
+    hint = similar_runs_hint(
+        run_path, runs,
+        otherwise=f"{project} has {len(runs)} run(s); list them with `tbhub admin retention "
+        f"plan --project {project} --json` or look under its storage directory",
+    )  # fmt: skip
     raise NotFound(f"{project} has no run {run_path!r} (a directory holding event files); {hint}")
 
 

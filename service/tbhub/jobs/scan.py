@@ -41,7 +41,7 @@ def scan_project(project_dir: str | os.PathLike[str], project: str) -> list[RunI
     runs: list[RunInfo] = []
     try:
         top = os.open(project_dir, DIR_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:  # gone, or a symlink (ELOOP): never walked
         return runs
     try:
         with os.scandir(top) as scanner:

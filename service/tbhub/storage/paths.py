@@ -1,10 +1,21 @@
-"""Paths inside the storage root. Every path is resolved and checked before use."""
+"""Paths inside the storage root. Every path is resolved and checked before use.
+
+The one rule for a project's directory (`open_project`, and `project_dir` on top of it):
+it is a real directory directly under the storage root, on the root's own mount. A symlink
+(`p4 -> p2`), a file, or a mount point there (a bind mount of another project, say) is
+refused with UnsafePath, so no board, registration, watcher, retention or restore reaches
+another project's data through it. Boards, runs, the watcher and the jobs all ask here.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
+from contextlib import suppress
 from pathlib import Path
 
 from tbhub.errors import ConfigError, UnsafePath
+from tbhub.jobs.fsops import DIR_FLAGS, open_below
 from tbhub.names import PROJECT_SLUG, check_project_name
 
 
@@ -17,11 +28,85 @@ def inside_root(root: Path, candidate: Path) -> Path:
     return real
 
 
-def project_dir(root: Path, project: str) -> Path:
-    """`<root>/<project>`, refused if the project name is no slug or the path escapes the root."""
+def project_path(root: Path, project: str) -> Path:
+    """`<root>/<project>` as a name only (the API shows it): no filesystem is read."""
     check_project_name(project)
-    path = root / project
-    inside_root(root, path)
+    return root / project
+
+
+def _mount_id(fd: int) -> int | None:
+    """The id of the mount `fd` lies on (Linux fdinfo), None where the kernel does not say."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _refused(project: str, path: Path, what: str) -> UnsafePath:
+    return UnsafePath(
+        f"the directory of project {project} ({path}) {what}; tbhub serves, writes and backs "
+        "up only a real directory directly under the storage root. Replace it with a real "
+        "directory (move or copy the data into it)"
+    )
+
+
+def open_project(root: Path, project: str, *, create: bool = False) -> int:
+    """An fd of the project's directory, which must obey the one rule (see the module doc).
+
+    FileNotFoundError when it does not exist (unless `create`, which makes it)."""
+    path = project_path(root, project)
+    root_fd = os.open(root.resolve(), DIR_FLAGS)
+    try:
+        try:
+            fd = open_below(root_fd, [project], create=create)
+        except UnsafePath:
+            kind = "is a symlink" if _is_link(root_fd, project) else "is not a directory"
+            raise _refused(project, path, kind) from None
+        try:
+            if not _same_mount(root_fd, fd):
+                raise _refused(project, path, "is a mount point, not part of the storage root")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    finally:
+        os.close(root_fd)
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _same_mount(root_fd: int, fd: int) -> bool:
+    if os.fstat(root_fd).st_dev != os.fstat(fd).st_dev:
+        return False
+    root_mount, mount = _mount_id(root_fd), _mount_id(fd)
+    return root_mount is None or root_mount == mount
+
+
+def project_problem(root: Path, project: str) -> str | None:
+    """Why the project's directory breaks the rule, or None (a missing one breaks none)."""
+    try:
+        project_dir(root, project)
+    except UnsafePath as exc:
+        return exc.message
+    return None
+
+
+def project_dir(root: Path, project: str) -> Path:
+    """`<root>/<project>`, checked by the one rule (UnsafePath). A directory that does not
+    exist yet passes: there is nothing to follow, and whoever creates it goes through
+    `open_project(create=True)` or checks again."""
+    path = project_path(root, project)
+    with suppress(FileNotFoundError):
+        os.close(open_project(root, project))
     return path
 
 

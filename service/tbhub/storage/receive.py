@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbhub.errors import InsufficientStorage
-from tbhub.jobs.fsops import open_below, open_dir, split_relative
+from tbhub.jobs.fsops import open_below, split_relative
 from tbhub.storage import uploads
+from tbhub.storage.paths import open_project
 from tbhub.storage.uploads import FileState, RoomCheck
 from tbhub.storage.usage import ProjectUsage
 from tbhub.upload_protocol import check_digest
@@ -33,13 +34,18 @@ class UploadTarget:
     def run_dir(self, *, create: bool) -> Iterator[int | None]:
         """The run directory's fd, walked from the storage root without symlinks; None when
         it does not exist (and `create` is off)."""
-        root = open_dir(self.storage_root)
+        parts = split_relative(self.run_path)
         try:
-            fd = open_below(root, [self.project, *split_relative(self.run_path)], create=create)
+            project = open_project(self.storage_root, self.project, create=create)
+        except FileNotFoundError:
+            project = None
+        try:
+            fd = None if project is None else open_below(project, parts, create=create)
         except FileNotFoundError:
             fd = None
         finally:
-            os.close(root)
+            if project is not None:
+                os.close(project)
         try:
             yield fd
         finally:

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbhub.errors import UnsafePath
-from tbhub.jobs.fsops import DIR_FLAGS, open_below, open_dir, split_relative
-from tbhub.storage.paths import project_dir
+from tbhub.jobs.fsops import DIR_FLAGS, open_below, split_relative
+from tbhub.storage.paths import open_project
 
 
 @contextmanager
 def opened_run(storage_root: Path, project: str, run_path: str) -> Iterator[int]:
     """An fd of `<storage_root>/<project>/<run_path>`, reached without following symlinks
     below the project directory; OSError (ENOENT, ELOOP ...) when it is not there."""
-    top = open_dir(project_dir(storage_root, project))
+    top = open_project(storage_root, project)
     try:
         fd = open_below(top, split_relative(run_path))
     finally:

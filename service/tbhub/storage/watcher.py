@@ -38,6 +38,7 @@ from watchdog.observers.api import BaseObserver
 from tbhub.jobs.scan import EVENT_FILE_PREFIX, RunInfo, scan_projects, scan_under
 from tbhub.names import PROJECT_SLUG
 from tbhub.storage.fstype import is_network_filesystem
+from tbhub.storage.paths import project_problem
 
 log = logging.getLogger("tbhub.watcher")
 
@@ -260,11 +261,7 @@ class StorageWatcher:
 
     def _scan_everything(self) -> None:
         with os.scandir(self.root) as entries:
-            projects = [
-                e.name
-                for e in entries
-                if PROJECT_SLUG.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-            ]
+            projects = [e.name for e in entries if self._is_project(e.name)]
         scanned = scan_projects([(str(self.root / name), name) for name in projects])
         changes = [
             self.index.diff(name, "", runs) for name, runs in zip(projects, scanned, strict=True)
@@ -272,6 +269,16 @@ class StorageWatcher:
         self.sink.record(changes)
         for change in changes:
             self.index.apply(change)
+
+    def _is_project(self, name: str) -> bool:
+        """A project directory by storage/paths.py's one rule: a directory that is a symlink
+        to another project, or a mount, is never walked (its board is refused too)."""
+        if not PROJECT_SLUG.fullmatch(name):
+            return False
+        problem = project_problem(self.root, name)
+        if problem is not None:
+            log.warning("not watching %s: %s", name, problem)
+        return problem is None and (self.root / name).is_dir()
 
     def flush(self) -> list[ProjectChanges]:
         """Re-measure what is dirty and hand the differences to the sink."""
@@ -286,6 +293,8 @@ class StorageWatcher:
                 targets.setdefault(project, set()).add(target)
         changes = []
         for project, rels in targets.items():
+            if not self._is_project(project):
+                continue
             for rel in _outermost(rels):
                 found = scan_under(self.root / project, project, rel)
                 change = self.index.diff(project, rel, found)

@@ -220,6 +220,7 @@ class Supervisor:
             name
             for name, want in desired.items()
             if want.running
+            and want.refusal is None
             and (name not in live or now - self._links.get(name, (float("-inf"), None))[0]
                  >= LINK_CHECK_SECONDS)
         ]  # fmt: skip

@@ -33,7 +33,7 @@ from tbhub.models import (
     Run,
 )
 from tbhub.storage.compare_view import COMPARE_DIR_NAME, ViewRun
-from tbhub.storage.paths import project_dir
+from tbhub.storage.paths import project_dir, project_path
 from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix
 
 log = logging.getLogger("tbhub.supervisor")
@@ -133,13 +133,16 @@ def read_desired(
     compare_root = compare_root or str(Path(storage_root) / COMPARE_DIR_NAME)
     desired: dict[str, _Want] = {}
     for name, settings, *columns in rows:
+        spec = partial(board_spec, name, storage_root, settings)
         try:
-            spec = partial(board_spec, name, storage_root, settings)
             want = _desired(name, _BoardColumns(*columns), settings, limits, spec)
         except UnsafePath as exc:
-            # Left out of the desired set, so a board serving it is stopped too.
+            # The project directory breaks storage/paths.py's rule: no board (one serving
+            # it is stopped), and the board shows as failed with the reason.
             log.error("not serving project %s: %s", name, exc.message)
-            continue
+            refused = BoardSpec(name, str(project_path(Path(storage_root), name)),
+                                board_prefix(name))  # fmt: skip
+            want = _Want(Desired(spec=refused, running=True, refusal=exc.message))
         desired[name] = want
     for slug, *columns in compares:
         spec = partial(compare_spec, slug, compare_root)
