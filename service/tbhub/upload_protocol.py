@@ -14,15 +14,19 @@ import base64
 import hashlib
 import re
 
-from tbhub.errors import BadRequest, ChecksumMismatch, UnsafePath
+from tbhub.errors import BadRequest, ChecksumMismatch, NameTooLong, UnsafePath
 
 OFFSET_HEADER = "Upload-Offset"
 COMPLETE_HEADER = "Upload-Complete"
 DIGEST_HEADER = "Content-Digest"
 EVENTS_MARK = "tfevents"  # TensorBoard reads every file whose name contains this
-PARTIAL_SUFFIX = ".tbhub-partial"
+PARTIAL_SUFFIX = ".tbhub-partial"  # a file being uploaded: .<name>.tbhub-partial
+TAIL_SUFFIX = ".tbhub-tail"  # an event file's record not yet whole: .<name>.tbhub-tail
+HIDDEN_SUFFIXES = (PARTIAL_SUFFIX, TAIL_SUFFIX)
 MAX_PATH_BYTES = 1024
-MAX_NAME_BYTES = 255
+MAX_NAME_BYTES = 255  # a directory's name: the filesystem's limit
+# A file's name leaves room for the hidden name beside it ('.' + name + suffix).
+MAX_FILE_NAME_BYTES = MAX_NAME_BYTES - 1 - max(len(suffix) for suffix in HIDDEN_SUFFIXES)
 MAX_OFFSET = 2**63 - 1
 _SHA256_MEMBER = re.compile(r"\s*sha-256\s*=\s*:([A-Za-z0-9+/]{43}=):\s*")
 
@@ -38,7 +42,7 @@ def check_upload_path(raw: str) -> list[str]:
     if not raw:
         raise UnsafePath("name the file after /files/, like /files/train/events.out.tfevents.1")
     if len(raw.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
-        raise UnsafePath(f"the file path is longer than {MAX_PATH_BYTES} bytes; shorten it")
+        raise NameTooLong(f"the file path is longer than {MAX_PATH_BYTES} bytes; shorten it")
     bad = next((c for c in raw if c in "\\%" or ord(c) < 32 or ord(c) == 127), None)
     if raw.startswith("/") or bad is not None:
         what = "an absolute path" if raw.startswith("/") else f"the character {bad!r}"
@@ -47,14 +51,27 @@ def check_upload_path(raw: str) -> list[str]:
         )
     parts = raw.split("/")
     for part in parts:
-        if part in ("", ".", "..") or part.endswith(PARTIAL_SUFFIX):
+        if part in ("", ".", "..") or part.endswith(HIDDEN_SUFFIXES):
             raise UnsafePath(
-                f"file path {raw!r} has an empty, '.', '..' or '*{PARTIAL_SUFFIX}' part; "
-                "use a plain relative path inside the run"
+                f"file path {raw!r} has an empty, '.', '..', '*{PARTIAL_SUFFIX}' or "
+                f"'*{TAIL_SUFFIX}' part; use a plain relative path inside the run"
             )
         if len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
-            raise UnsafePath(f"{part[:40]!r}... is longer than {MAX_NAME_BYTES} bytes")
+            raise NameTooLong(f"{part[:40]!r}... is longer than {MAX_NAME_BYTES} bytes; shorten it")
+    if len(parts[-1].encode("utf-8", "surrogateescape")) > MAX_FILE_NAME_BYTES:
+        raise NameTooLong(
+            f"the file name {parts[-1][:40]!r}... is longer than {MAX_FILE_NAME_BYTES} bytes "
+            "(tbhub keeps a hidden name beside each file while it uploads); shorten it"
+        )
     return parts
+
+
+def hidden_name(name: str) -> str:
+    """Where a file's bytes wait until they may be seen: a non-event file until it is whole,
+    an event file's last record until it is. Never a name a board reads as events."""
+    if is_event_file(name):
+        return "." + name.replace(EVENTS_MARK, "tfEvents") + TAIL_SUFFIX
+    return "." + name + PARTIAL_SUFFIX
 
 
 def content_digest(data: bytes | memoryview) -> str:

@@ -15,16 +15,22 @@ import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tbhub.client.upload import Uploader
 from tbhub.models import RetentionOverride
 from tbhub.projects import get_project
 from tbhub.sample_logs import scalar_value, write_run
+from tbhub.tfrecord import framed
 from tbhub.upload_protocol import content_digest
 from tests.conftest import empty_database
 from tests.e2e.conftest import E2E_DATABASES
@@ -179,17 +185,19 @@ def test_a_chunk_at_the_wrong_offset_gets_409_with_the_right_one(site: Site) -> 
         return site.api.patch(url, content=data, headers={
             "Upload-Offset": str(offset), "Content-Digest": content_digest(data)})  # fmt: skip
 
-    assert patch(0, b"abcd").headers["Upload-Offset"] == "4"
+    record = framed(b"abcd")  # a whole TFRecord record: event files show only those
+    end = str(len(record))
+    assert patch(0, record).headers["Upload-Offset"] == end
     wrong = patch(2, b"zz")
     assert wrong.status_code == 409
-    assert wrong.headers["Upload-Offset"] == "4"
+    assert wrong.headers["Upload-Offset"] == end
     assert wrong.json()["error"]["code"] == "offset_mismatch"
-    assert patch(0, b"abcd").status_code == 200  # an idempotent retry
-    assert site.api.head(url).headers["Upload-Offset"] == "4"
+    assert patch(0, record).status_code == 200  # an idempotent retry
+    assert site.api.head(url).headers["Upload-Offset"] == end
     bad = site.api.patch(url, content=b"ef", headers={
-        "Upload-Offset": "4", "Content-Digest": content_digest(b"xx")})  # fmt: skip
+        "Upload-Offset": end, "Content-Digest": content_digest(b"xx")})  # fmt: skip
     assert (bad.status_code, bad.json()["error"]["code"]) == (400, "checksum_mismatch")
-    assert (site.server.storage / "vision" / str(run["path"]) / EVENTS).read_bytes() == b"abcd"
+    assert (site.server.storage / "vision" / str(run["path"]) / EVENTS).read_bytes() == record
 
 
 def test_a_body_over_the_limit_gets_413_as_json(site: Site) -> None:
@@ -293,13 +301,16 @@ def test_while_a_job_writes_only_whole_records_are_sent(site: Site, tmp_path: Pa
     event_file = next(local.glob("events.out.tfevents.*"))
     whole = event_file.stat().st_size
     with event_file.open("ab") as fh:  # the writer is half-way through its next record
-        fh.write(struct.pack("<Q", 100) + b"\0" * 20)
+        fh.write(framed(b"\0" * 100)[:30])
     uploader = Uploader(site.api, str(run["upload_url"]), local)
     uploader.sync()
     stored = site.server.storage / "vision" / str(run["path"]) / event_file.name
     assert stored.stat().st_size == whole
-    uploader.sync(final=True)
-    assert stored.read_bytes() == event_file.read_bytes()
+    uploader.sync(final=True)  # the torn record goes up too, and the server holds it back
+    assert stored.read_bytes() == event_file.read_bytes()[:whole]
+    assert site.api.head(f"{run['upload_url']}{event_file.name}").headers["Upload-Offset"] == str(
+        event_file.stat().st_size
+    )
 
 
 def test_upload_watch_follows_new_data_until_interrupted(site: Site, tmp_path: Path) -> None:
@@ -331,3 +342,103 @@ def test_upload_watch_follows_new_data_until_interrupted(site: Site, tmp_path: P
     for name in ("a", "b"):
         source = next((local / name).glob("events.*"))
         assert (stored_root.parent / name / source.name).read_bytes() == source.read_bytes()
+
+
+def write_big_record_events(logdir: Path, big: int) -> Path:
+    """A real event file: scalars, one record of `big` bytes (an image), more scalars."""
+    writer = EventFileWriter(str(logdir), max_queue_size=1000, flush_secs=120)
+    for step in range(30):
+        value = Summary.Value(tag="loss", simple_value=1.0 / (step + 1))
+        writer.add_event(Event(wall_time=1.7e9 + step, step=step, summary=Summary(value=[value])))
+        if step == 10:
+            image = Summary.Image(encoded_image_string=os.urandom(big))
+            summary = Summary(value=[Summary.Value(tag="big", image=image)])
+            writer.add_event(Event(wall_time=1.7e9 + step, step=step, summary=summary))
+    writer.close()
+    return next(logdir.glob("events.out.tfevents.*"))
+
+
+def record_ends(path: Path) -> set[int]:
+    """Where each record ends, as TensorBoard's own reader reads the file."""
+    ends, pos = {0}, 0
+    for record in RawEventFileLoader(str(path)).Load():
+        pos += len(record) + 16
+        ends.add(pos)
+    return ends
+
+
+class Stop(Exception):
+    pass
+
+
+def test_event_files_show_only_whole_records_even_with_a_record_larger_than_a_chunk(
+    site: Site, tmp_path: Path
+) -> None:
+    """The uploader cuts chunks at record ends, and the server holds back a record larger
+    than any chunk (over the server's own chunk limit here) until it is whole, so whatever
+    the board reads, and wherever an upload is killed, is whole records."""
+    source = write_big_record_events(tmp_path / "job", big=CHUNK_LIMIT + (CHUNK_LIMIT >> 1))
+    ends = record_ends(source)
+    for killed in (False, True):
+        run = site.new_run("vision", "big-record")
+        stored = site.server.storage / "vision" / str(run["path"]) / source.name
+        seen: list[int] = []
+
+        def after_chunk(_sent: int, _total: int, stored: Path = stored, killed: bool = killed,
+                        seen: list[int] = seen) -> None:  # fmt: skip
+            seen.append(stored.stat().st_size)
+            if killed and len(seen) == 3:  # the job dies with the big record half sent
+                raise Stop
+
+        uploader = Uploader(site.api, str(run["upload_url"]), source.parent,
+                            chunk_bytes=CHUNK_LIMIT >> 2, on_progress=after_chunk)  # fmt: skip
+        if killed:
+            with pytest.raises(Stop):
+                uploader.sync(final=True)
+        else:
+            uploader.sync(final=True)
+        assert len(seen) >= 3 and set(seen) <= ends, "a torn record was visible"
+        assert source.read_bytes().startswith(stored.read_bytes())
+        if not killed:
+            assert stored.read_bytes() == source.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["model.bin", EVENTS])
+def test_racing_whole_file_uploads_of_one_file_all_end_well(site: Site, name: str) -> None:
+    same = framed(os.urandom(50_000))
+    for versions in ([same] * 8, [framed(os.urandom(50_000)) for _ in range(8)]):
+        run = site.new_run("vision", "race")
+        url = f"{run['upload_url']}{name}"
+        clients = [site.server.token_client(site.token) for _ in versions]
+
+        def put(pair: tuple[httpx.Client, bytes], url: str = url) -> httpx.Response:
+            client, data = pair
+            return client.put(url, content=data, headers={"Content-Digest": content_digest(data)})
+
+        with ThreadPoolExecutor(len(versions)) as pool:
+            answers = list(pool.map(put, zip(clients, versions, strict=True)))
+        stored = site.server.storage / "vision" / str(run["path"]) / name
+        assert stored.read_bytes() in versions
+        assert sorted(p.name for p in stored.parent.iterdir()) == [name]
+        codes = [a.status_code for a in answers]
+        if name == EVENTS and versions[0] != versions[1]:
+            # An event file only grows: one version wins, the others learn where it ends.
+            assert sorted(codes) == [200] + [409] * 7, [a.text for a in answers]
+        else:
+            assert codes == [200] * 8, [a.text for a in answers]
+
+
+def test_every_file_name_length_is_uploaded_or_refused_with_400(site: Site) -> None:
+    run = site.new_run("vision", "long-names")
+    for stem in ("h", "events.out.tfevents.1."):
+        for length in (240, 241, 250, 255, 256):
+            name = stem + "x" * (length - len(stem))
+            data = framed(name.encode())
+            response = site.api.put(f"{run['upload_url']}{name}", content=data,
+                                    headers={"Content-Digest": content_digest(data)})  # fmt: skip
+            if length <= 240:
+                assert response.status_code == 200, response.text
+            else:
+                assert response.status_code == 400, response.text
+                error = response.json()["error"]
+                assert error["code"] == "name_too_long" and "shorten it" in error["message"]

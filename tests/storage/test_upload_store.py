@@ -11,27 +11,15 @@ import pytest
 
 from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
 from tbhub.storage.uploads import append_chunk, file_state, list_files
+from tbhub.tfrecord import framed
 from tbhub.upload_protocol import check_upload_path
 
 EVENTS = "events.out.tfevents.1700000000.host.1.0"
+ABC, DEF = framed(b"abc"), framed(b"def")  # whole TFRecord records, as event files hold
 
 
 def no_limit(_dir_fd: int, _size: int) -> None:
     return None
-
-
-@pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "storage" / "vision" / "run-1"
-    path.mkdir(parents=True)
-    return path
-
-
-@pytest.fixture
-def run_fd(run_dir: Path) -> Iterator[int]:
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    yield fd
-    os.close(fd)
 
 
 def put(run_fd: int, path: str, offset: int, data: bytes, *, complete: bool = False) -> int:
@@ -75,28 +63,29 @@ def test_ordinary_paths_pass() -> None:
 
 
 def test_event_file_grows_in_place_and_resumes_at_its_end(run_fd: int, run_dir: Path) -> None:
-    assert put(run_fd, EVENTS, 0, b"abc") == 3
-    assert (run_dir / EVENTS).read_bytes() == b"abc"  # visible at once: the board follows it
-    assert put(run_fd, EVENTS, 3, b"def") == 6
+    assert put(run_fd, EVENTS, 0, ABC) == len(ABC)
+    assert (run_dir / EVENTS).read_bytes() == ABC  # visible at once: the board follows it
+    assert put(run_fd, EVENTS, len(ABC), DEF) == len(ABC + DEF)
     state = file_state(run_fd, [EVENTS])
-    assert (state.offset, state.complete, state.kind) == (6, False, "events")
+    assert (state.offset, state.complete, state.kind) == (len(ABC + DEF), False, "events")
 
 
 def test_a_retried_chunk_succeeds_without_writing_twice(run_fd: int, run_dir: Path) -> None:
-    put(run_fd, EVENTS, 0, b"abc")
-    put(run_fd, EVENTS, 3, b"def")
-    assert put(run_fd, EVENTS, 3, b"def") == 6
-    assert put(run_fd, EVENTS, 0, b"abc") == 6
-    assert (run_dir / EVENTS).read_bytes() == b"abcdef"
+    put(run_fd, EVENTS, 0, ABC)
+    put(run_fd, EVENTS, len(ABC), DEF)
+    assert put(run_fd, EVENTS, len(ABC), DEF) == len(ABC + DEF)
+    assert put(run_fd, EVENTS, 0, ABC) == len(ABC + DEF)
+    assert (run_dir / EVENTS).read_bytes() == ABC + DEF
 
 
 def test_a_chunk_at_the_wrong_offset_names_the_right_one(run_fd: int, run_dir: Path) -> None:
-    put(run_fd, EVENTS, 0, b"abc")
-    for offset, data in ((5, b"zz"), (2, b"zz"), (0, b"xyz")):
+    put(run_fd, EVENTS, 0, ABC)
+    end = len(ABC)
+    for offset, data in ((end + 2, b"zz"), (2, b"zz"), (0, framed(b"xyz"))):
         with pytest.raises(OffsetMismatch) as caught:
             put(run_fd, EVENTS, offset, data)
-        assert caught.value.offset == 3
-    assert (run_dir / EVENTS).read_bytes() == b"abc"
+        assert caught.value.offset == end
+    assert (run_dir / EVENTS).read_bytes() == ABC
 
 
 def test_a_first_chunk_not_at_zero_creates_nothing(run_fd: int, run_dir: Path) -> None:
@@ -177,7 +166,7 @@ def test_a_refused_first_chunk_leaves_no_empty_file(run_fd: int, run_dir: Path) 
         raise InsufficientStorage(f"no room for {size} bytes")
 
     with pytest.raises(InsufficientStorage):
-        append_chunk(run_fd, [EVENTS], offset=0, data=b"abc", complete=False, room=full)
+        append_chunk(run_fd, [EVENTS], offset=0, data=ABC, complete=False, room=full)
     assert list(run_dir.iterdir()) == []
 
 

@@ -110,7 +110,10 @@ STATE_HEADERS = {
 STATE = {200: {"description": "The file's state", "headers": STATE_HEADERS}}
 ERRORS = {
     **STATE,
-    400: {"description": "A path that could leave the run, or a chunk that fails its digest"},
+    400: {
+        "description": "A path that could leave the run, a name too long (`name_too_long`), "
+        "or a chunk that fails its digest"
+    },
     409: {
         "description": "The chunk does not start where the file ends",
         "headers": {OFFSET_HEADER: STATE_HEADERS[OFFSET_HEADER]},

@@ -14,7 +14,6 @@ import logging
 import mmap
 import os
 import stat
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ import httpx
 
 from tbhub.client.http import ApiError, error_from
 from tbhub.errors import TbhubError
+from tbhub.tfrecord import chunk_ends, whole_records_end
 from tbhub.upload_protocol import (
     COMPLETE_HEADER,
     DIGEST_HEADER,
@@ -40,7 +40,6 @@ from tbhub.upload_protocol import (
 
 log = logging.getLogger("tbhub.client.upload")
 
-RECORD_OVERHEAD = 16  # u64 length + u32 length crc + u32 data crc around each record
 MIN_CHUNK = 1 << 16
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 Progress = Callable[[int, int], None]  # (bytes sent so far, bytes to send in this pass)
@@ -210,7 +209,7 @@ class Uploader:
                 if offset > end:
                     log.warning("the server holds more of %s than there is here", local.rel)
                     return
-                chunk = data[offset : min(end, offset + self.chunk_bytes)]
+                chunk = data[offset : self._chunk_end(data, offset, end, local.rel)]
                 last = complete and offset + len(chunk) >= end
                 accepted = self._send_chunk(local.rel, offset, chunk, last)
                 if accepted is None:  # refused: the server holds something else
@@ -219,6 +218,16 @@ class Uploader:
                 sent(len(chunk))
         if complete:
             remote.mtime = local.mtime
+
+    def _chunk_end(self, data: bytes | mmap.mmap, offset: int, end: int, rel: str) -> int:
+        """Where the chunk from `offset` ends: for an event file, where its last whole record
+        ends (inside a record only when one is longer than a chunk), so the board never
+        reads a torn record, even when this upload is stopped."""
+        if offset >= end:
+            return end
+        if not is_event_file(rel.rsplit("/", 1)[-1]):
+            return min(end, offset + self.chunk_bytes)
+        return next(chunk_ends(data, offset, end, self.chunk_bytes))
 
     def _send_chunk(self, rel: str, offset: int, chunk: bytes, last: bool) -> int | None:
         """The server's offset after the chunk, or None when it was refused and the file's
@@ -318,18 +327,8 @@ def _error_of(response: httpx.Response) -> UploadError:
 
 def _whole_records_end(local: _Local, start: int) -> int:
     """Where the last whole TFRecord record at or after `start` ends (start if none)."""
-    if local.size - start < RECORD_OVERHEAD:
-        return start
     with open(local.path, "rb") as fh, _mapped(fh, local.size) as data:
-        pos = start
-        unpack = struct.Struct("<Q").unpack_from
-        while pos + RECORD_OVERHEAD <= local.size:
-            (length,) = unpack(data, pos)
-            nxt = pos + length + RECORD_OVERHEAD
-            if nxt > local.size:
-                break
-            pos = nxt
-        return pos
+        return whole_records_end(data, start)
 
 
 @contextmanager

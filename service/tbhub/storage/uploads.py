@@ -3,44 +3,45 @@
 Two kinds of file, because the board reads them differently:
 
 - **Event files** (any name containing `tfevents`, TensorBoard's own test) are appended in
-  place. TensorBoard follows an event file while a job appends to it; a temp name and a rename
-  per finished file would hide a live run until the job ends. A chunk is checked against its
-  digest before one byte of it is written and must start exactly where the file ends, so the
-  file is always a byte prefix of the job's own file. The uploader cuts chunks at whole
-  TFRecord records, so the board sees whole records, as it does from a local writer; after a
-  server crash mid-write the tail is a truncated record, which TensorBoard waits out like a
-  writer mid-flush, and the resumed upload completes it.
+  place, by whole TFRecord records only: storage/event_upload.py.
 - **Other files** (hparams.yaml, profiles, ...) grow under `.<name>.tbhub-partial` beside
   their final name, and the chunk that says it is the last is followed by fsync and a rename,
   so the final name only ever holds a whole file. That partial name never contains
   `tfevents`, so no board reads it.
 
-Every path is walked from the run directory one component at a time with O_NOFOLLOW and files
-are opened with O_NOFOLLOW, so a symlink is never followed. Writers of one file are serialised
-by flock on the file, across threads and processes.
+A chunk is checked against its digest before one byte of it is written and must start
+exactly where the server's copy ends, so that copy is always a byte prefix of the job's own
+file. Every path is walked from the run directory one component at a time with O_NOFOLLOW
+and files are opened with O_NOFOLLOW, so a symlink is never followed. Writers of one file
+take turns (flock on the file, re-checked under its name after a rename), across threads and
+processes, so any number of racing uploads of one file end as one of them.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
-import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+from tbhub.errors import OffsetMismatch, UnsafePath
 from tbhub.jobs.fsops import DIR_FLAGS, open_below
-from tbhub.upload_protocol import PARTIAL_SUFFIX, is_event_file
-
-WRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+from tbhub.storage.event_upload import append_events, events_end
+from tbhub.storage.upload_io import (
+    READ_FLAGS,
+    RoomCheck,
+    is_dir,
+    lstat_file,
+    offset_mismatch,
+    open_locked,
+    read_at,
+    write_durably,
+)
+from tbhub.upload_protocol import PARTIAL_SUFFIX, TAIL_SUFFIX, hidden_name, is_event_file
 
 Kind = Literal["events", "file"]
-RoomCheck = Callable[[int, int], None]  # (directory fd, bytes about to be written); raises
+__all__ = ["FileState", "RoomCheck", "append_chunk", "file_state", "kind_of", "list_files"]
 
 
 @dataclass(frozen=True)
@@ -66,33 +67,17 @@ def kind_of(name: str) -> Kind:
     return "events" if is_event_file(name) else "file"
 
 
-def partial_name(name: str) -> str:
-    return f".{name}{PARTIAL_SUFFIX}"
-
-
 # -- reading the state ----------------------------------------------------------------------
-
-
-def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
-    """stat of `name` without following it; None if missing; UnsafePath unless a plain file."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        raise UnsafePath(f"{name!r} in the run is a symlink, directory or device; not touching it")
-    return st
 
 
 def _state_in(dir_fd: int, parts: list[str]) -> FileState:
     name, path = parts[-1], "/".join(parts)
     if kind_of(name) == "events":
-        st = _lstat(dir_fd, name)
-        return FileState(path, st.st_size if st else 0, False, "events")
-    partial = _lstat(dir_fd, partial_name(name))
+        return FileState(path, events_end(dir_fd, name), False, "events")
+    partial = lstat_file(dir_fd, hidden_name(name))
     if partial is not None:
         return FileState(path, partial.st_size, False, "file")
-    final = _lstat(dir_fd, name)
+    final = lstat_file(dir_fd, name)
     return FileState(path, final.st_size if final else 0, final is not None, "file")
 
 
@@ -139,6 +124,8 @@ def _list(dir_fd: int, prefix: list[str], found: dict[str, FileState]) -> None:
                 os.close(sub)
         elif entry.is_file(follow_symlinks=False):
             name = entry.name
+            if name.startswith(".") and name.endswith(TAIL_SUFFIX):
+                continue  # the beginning of an event file's next record: counted with it
             if name.startswith(".") and name.endswith(PARTIAL_SUFFIX):
                 name = name[1 : -len(PARTIAL_SUFFIX)]
             parts = [*prefix, name]
@@ -168,7 +155,7 @@ def append_chunk(
         name = parts[-1]
         path = "/".join(parts)
         if kind_of(name) == "events":
-            size = _write_at(dir_fd, name, offset, data, room, path)
+            size = append_events(dir_fd, name, path, offset, data, room)
             return FileState(path, size, False, "events")
         return _append_file(dir_fd, name, path, offset, data, complete, room)
 
@@ -176,145 +163,69 @@ def append_chunk(
 def _append_file(
     dir_fd: int, name: str, path: str, offset: int, data: bytes, complete: bool, room: RoomCheck
 ) -> FileState:
-    partial = partial_name(name)
-    if _lstat(dir_fd, partial) is None:
-        final = _lstat(dir_fd, name)
-        if final is not None and _holds(dir_fd, name, offset, data, final.st_size):
+    """A chunk of a non-event file, under the lock of its partial file from the first look to
+    the rename, so racing uploads of one file take turns and each sees the last one's end."""
+    partial = hidden_name(name)
+    fd = open_locked(dir_fd, partial, path, create=False)
+    checked = fd is None
+    if fd is None:
+        final = lstat_file(dir_fd, name)
+        if final is not None and _holds_whole(dir_fd, name, offset, data, final, complete):
             return FileState(path, final.st_size, True, "file")  # a retry of its last chunk
-        if final is not None and offset > 0:
+        if offset != 0:
             raise OffsetMismatch(
                 f"{path} is finished on the server with other content; upload the new "
-                "version from offset 0",
+                "version from offset 0"
+                if final is not None
+                else f"the server holds nothing of {path}; send it from offset 0",
                 offset=0,
             )
-    elif offset == 0 and not _holds(dir_fd, partial, 0, data, _size(dir_fd, partial)):
-        _unlink_quietly(dir_fd, partial)  # a fresh start: nobody sees a partial file anyway
-    size = _write_at(dir_fd, partial, offset, data, room, path)
-    if not complete:
-        return FileState(path, size, False, "file")
-    if size != offset + len(data):
-        raise OffsetMismatch(
-            f"{path} holds {size} bytes on the server, more than this last chunk ends at; "
-            "send the rest from there",
-            offset=size,
-        )
+        room(dir_fd, len(data))  # the partial file appears only once the chunk fits
+        fd = open_locked(dir_fd, partial, path, create=True)
+        assert fd is not None
     try:
-        fd = os.open(partial, WRITE_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:  # another request finished it meanwhile
-        return _state_in(dir_fd, [name]).renamed(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if _lstat(dir_fd, partial) is None:  # another request finished it meanwhile
-            return FileState(path, os.fstat(fd).st_size, True, "file")
+        size = os.fstat(fd).st_size
+        if offset == 0 and size and not _fd_holds(fd, 0, data, size):
+            os.ftruncate(fd, 0)  # a fresh start: nobody sees a partial file anyway
+            size = 0
+        if offset != size:
+            if not _fd_holds(fd, offset, data, size):
+                raise offset_mismatch(path, size)
+        else:
+            if not checked:
+                room(dir_fd, len(data))
+            write_durably(fd, data, size)
+            size += len(data)
+        if not complete:
+            return FileState(path, size, False, "file")
+        if size != offset + len(data):
+            raise OffsetMismatch(
+                f"{path} holds {size} bytes on the server, more than this last chunk ends at; "
+                "send the rest from there",
+                offset=size,
+            )
         os.fsync(fd)
-        if _is_dir(dir_fd, name):
+        if is_dir(dir_fd, name):
             raise UnsafePath(f"{path} is a directory in the run; choose another file name")
         os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.fsync(dir_fd)
-        return FileState(path, os.fstat(fd).st_size, True, "file")
+        return FileState(path, size, True, "file")
     finally:
         os.close(fd)
 
 
-def _write_at(dir_fd: int, name: str, offset: int, data: bytes, room: RoomCheck, path: str) -> int:
-    """Append `data` to `name` if `offset` is its end; the new size. Created when missing, but
-    only once the chunk is known to fit, so a refused first chunk leaves no empty file."""
-    created = False
-    try:
-        fd = os.open(name, WRITE_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        if offset != 0:
-            raise OffsetMismatch(_offset_message(path, 0), offset=0) from None
-        room(dir_fd, len(data))
-        fd = _open_new(dir_fd, name)
-        created = True
-    except OSError as exc:
-        raise _unsafe(exc, path) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafePath(f"{path} is not a plain file in the run; not writing to it")
-        size = st.st_size
-        if offset != size:
-            _check_retry(dir_fd, name, offset, data, size, path)
-            return size
-        if not created:
-            room(dir_fd, len(data))
-        try:
-            _write_all(fd, data, size)
-            os.fdatasync(fd)  # durable before the 2xx; the size comes with the data
-        except OSError as exc:
-            os.ftruncate(fd, size)  # all or nothing
-            if created and size == 0:
-                _unlink_quietly(dir_fd, name)
-            if exc.errno in FULL_DISK:
-                raise InsufficientStorage(
-                    "the storage is full; nothing of this chunk was kept. Free space or ask "
-                    "an operator, then resume the upload"
-                ) from None
-            raise
-        return size + len(data)
-    finally:
-        os.close(fd)
-
-
-def _open_new(dir_fd: int, name: str) -> int:
-    try:
-        return os.open(name, WRITE_FLAGS | os.O_CREAT, 0o644, dir_fd=dir_fd)
-    except OSError as exc:
-        raise _unsafe(exc, name) from None
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written
-
-
-def _check_retry(dir_fd: int, name: str, offset: int, data: bytes, size: int, path: str) -> None:
-    """Pass if the file already holds exactly `data` at `offset`; else OffsetMismatch."""
-    if not _holds(dir_fd, name, offset, data, size):
-        raise OffsetMismatch(_offset_message(path, size), offset=size)
-
-
-def _holds(dir_fd: int, name: str, offset: int, data: bytes, size: int) -> bool:
-    if offset + len(data) > size:
+def _holds_whole(
+    dir_fd: int, name: str, offset: int, data: bytes, final: os.stat_result, complete: bool
+) -> bool:
+    """A finished file already holds `data` at `offset` (ending the file, for a last chunk)."""
+    if complete and offset + len(data) != final.st_size:
         return False
     fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     try:
-        return os.pread(fd, len(data), offset) == data
+        return _fd_holds(fd, offset, data, final.st_size)
     finally:
         os.close(fd)
 
 
-def _offset_message(path: str, size: int) -> str:
-    return (
-        f"{path} holds {size} bytes on the server; send the chunk that starts at offset {size} "
-        "(Upload-Offset says it too)"
-    )
-
-
-def _unsafe(exc: OSError, path: str) -> Exception:
-    if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
-        return UnsafePath(f"{path} is a symlink, directory or device in the run; not writing it")
-    return exc
-
-
-def _size(dir_fd: int, name: str) -> int:
-    st = _lstat(dir_fd, name)
-    return st.st_size if st else 0
-
-
-def _is_dir(dir_fd: int, name: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def _unlink_quietly(dir_fd: int, name: str) -> None:
-    with suppress(OSError):
-        os.unlink(name, dir_fd=dir_fd)
+def _fd_holds(fd: int, offset: int, data: bytes, size: int) -> bool:
+    return offset + len(data) <= size and read_at(fd, len(data), offset) == data

@@ -1,0 +1,121 @@
+"""The file operations uploads are made of, by directory fd and never through a symlink:
+opening a file locked under its name, all-or-nothing durable writes, and reading back."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Callable
+from contextlib import suppress
+
+from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+
+WRITE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+RoomCheck = Callable[[int, int], None]  # (directory fd, bytes about to be written); raises
+
+
+def lstat_file(dir_fd: int, name: str) -> os.stat_result | None:
+    """stat of `name` without following it; None if missing; UnsafePath unless a plain file."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{name!r} in the run is a symlink, directory or device; not touching it")
+    return st
+
+
+def size_of(dir_fd: int, name: str) -> int:
+    st = lstat_file(dir_fd, name)
+    return st.st_size if st else 0
+
+
+def open_locked(dir_fd: int, name: str, path: str, *, create: bool) -> int | None:
+    """`name` opened and exclusively flocked, still under that name once the lock is held (a
+    writer that renamed or removed it meanwhile makes this look again); None when missing
+    and not `create`. Every writer of a name goes through here, so they take turns."""
+    while True:
+        try:
+            fd = os.open(name, WRITE_FLAGS | (os.O_CREAT if create else 0), 0o644, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise unsafe(exc, path) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafePath(f"{path} is not a plain file in the run; not writing to it")
+            try:
+                named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                named = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if named is not None and (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino):
+            return fd
+        os.close(fd)  # renamed or removed while we waited: open what the name is now
+
+
+def write_durably(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """`data` at `offset`, on disk before this returns; on failure the file is cut back to
+    `offset`, so nothing of it stays."""
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+        os.fdatasync(fd)  # durable before the 2xx; the size comes with the data
+    except OSError as exc:
+        os.ftruncate(fd, offset - (len(data) - len(view)))
+        if exc.errno in FULL_DISK:
+            raise InsufficientStorage(
+                "the storage is full; nothing of this chunk was kept. Free space or ask "
+                "an operator, then resume the upload"
+            ) from None
+        raise
+
+
+def read_at(fd: int, size: int, offset: int) -> bytes:
+    pieces, left = [], size
+    while left > 0:
+        piece = os.pread(fd, min(left, 1 << 24), offset)
+        if not piece:
+            break
+        pieces.append(piece)
+        offset += len(piece)
+        left -= len(piece)
+    return b"".join(pieces)
+
+
+def offset_mismatch(path: str, size: int) -> OffsetMismatch:
+    return OffsetMismatch(
+        f"{path} holds {size} bytes on the server; send the chunk that starts at offset {size} "
+        "(Upload-Offset says it too)",
+        offset=size,
+    )
+
+
+def unsafe(exc: OSError, path: str) -> Exception:
+    if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR):
+        return UnsafePath(f"{path} is a symlink, directory or device in the run; not writing it")
+    return exc
+
+
+def is_dir(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def unlink_quietly(dir_fd: int, name: str) -> None:
+    with suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)
