@@ -24,6 +24,13 @@ def run_migrations_online() -> None:
     assert url is not None
     engine = make_engine(url)
     with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # Batch migrations rebuild a table (copy, drop, rename); with foreign keys on,
+            # dropping a parent would cascade into its children. SQLite ignores this pragma
+            # inside a transaction, so it is set before one begins; checked at the end.
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=target_metadata,
@@ -37,6 +44,10 @@ def run_migrations_online() -> None:
                     text(f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {MIGRATIONS})")
                 )
             context.run_migrations()
+            if sqlite:
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migration left broken foreign keys: {broken[:5]}")
     engine.dispose()
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.board_origin import BoardSession
 from tbhub.auth.sessions import SESSION_COOKIE
+from tbhub.auth.user_sessions import start_session
 from tbhub.db import transaction
 from tbhub.main import build_context, create_app
 from tbhub.models import Project, Run
@@ -79,10 +80,12 @@ def test_on_a_boards_own_origin_the_bar_points_at_tbhubs_origin_without_a_token(
     settings.board_domain = "boards.test"
     context = build_context(settings)
     assert context.board_origins is not None
-    with factory() as session:
+    expires_at = int(time.time()) + 600
+    with transaction(factory) as session:
         alice_id = get_user(session, name="alice").id
+        session_id = start_session(session, user_id=alice_id, expires_at=expires_at)
     cookie = context.board_origins.cookie_value(
-        BoardSession(alice_id, "vision", 0, int(time.time()) + 600)
+        BoardSession(alice_id, "vision", 0, expires_at, session_id)
     )
     with TestClient(create_app(context), base_url="http://vision.boards.test") as client:
         bar = client.get("/api/v1/boards/vision/bar", headers={

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request, Response, Security
 from fastapi.security import APIKeyCookie, HTTPBearer
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.board_origin import BoardOrigins
@@ -28,7 +28,8 @@ from tbhub.auth.sessions import (
 )
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.throttle import SignInGuard
-from tbhub.auth.tokens import TokenCache
+from tbhub.auth.tokens import MINT_HINT, TokenCache
+from tbhub.auth.user_sessions import LiveSessions, is_live, live_session, start_session
 from tbhub.boards import AccessTracker, BoardDirectory, BoardRef
 from tbhub.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
 from tbhub.db import transaction
@@ -61,6 +62,22 @@ class AppContext:
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
     board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
+    sessions: LiveSessions = field(init=False)  # which sessions are live, for the auth hook
+
+    def __post_init__(self) -> None:
+        self.sessions = LiveSessions(self.factory)
+
+    def forget_identities(self, after: Session | None = None) -> None:
+        """Drop every cached session, token, role, share link and compare board: after a
+        user is deleted, disabled or signed out, or a project deleted, this process judges
+        from the database at once (other processes within their caches' 10 s). Given the
+        request's session, only once it commits: a request in between would cache the old
+        rows again."""
+        if after is not None:
+            event.listen(after, "after_commit", lambda _: self.forget_identities(), once=True)
+            return
+        for cache in (self.sessions, self.tokens, self.access, self.shares, self.compares):
+            cache.invalidate()
 
 
 def client_address(request: Request) -> str:
@@ -109,7 +126,7 @@ def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool
 def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
     data = signed_in_session(request, context)
     user = session.get(User, data.user_id) if data is not None else None
-    if user is None or data is None:
+    if user is None or data is None or not is_live(live_session(session, data.session_id), data):
         return None
     return (
         user if session_is_current(data, disabled=user.disabled, epoch=user.session_epoch) else None
@@ -132,16 +149,23 @@ UserNameInPath = Annotated[str, Path(min_length=1, max_length=USER_NAME_MAX)]
 RunPathInPath = Annotated[str, Path(min_length=1, max_length=RUN_PATH_MAX)]
 
 
-def set_session_cookie(response: Response, context: AppContext, user: User) -> None:
-    """A new session. An OIDC account's is shorter (TBHUB_OIDC_SESSION_MAX_AGE): going back
-    through the provider re-reads its groups, so a user taken out of a group loses what
-    it gave them within that time even without signing in again."""
+def set_session_cookie(
+    response: Response, context: AppContext, user: User, session: Session
+) -> None:
+    """A new session (its row, and its cookie). An OIDC account's is shorter
+    (TBHUB_OIDC_SESSION_MAX_AGE): going back through the provider re-reads its groups, so a
+    user taken out of a group loses what it gave them within that time even without signing
+    in again."""
     settings = context.settings
     max_age = settings.oidc_session_max_age if user.oidc_subject else settings.session_max_age
     max_age = min(max_age, settings.session_max_age)
+    expires_at = context.signer.expiry(max_age=max_age)
+    session_id = start_session(session, user_id=user.id, expires_at=expires_at)
     response.set_cookie(
         context.cookies.session,
-        context.signer.issue(user.id, epoch=user.session_epoch, max_age=max_age),
+        context.signer.issue(
+            user.id, session_id=session_id, epoch=user.session_epoch, max_age=max_age
+        ),
         max_age=max_age,
         httponly=True,
         samesite="lax",
@@ -178,6 +202,12 @@ def get_optional_caller(
     token = bearer_token(request.headers.get("authorization"))
     if token is not None:
         grant = context.tokens.lookup(token)
+        owner = session.get(User, grant.user_id)  # the cache may predate a delete or disable
+        if owner is None or owner.disabled:
+            raise NotAuthenticated(
+                f"the account {grant.user_name} was deleted or disabled, and its tokens with "
+                f"it; {MINT_HINT}"
+            )
         return Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
     user = get_optional_user(request, context, session)
     if user is None:

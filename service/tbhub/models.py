@@ -85,10 +85,17 @@ class RestartReason(enum.StrEnum):
     admin = "admin"
 
 
+# The ids a cookie, token, pass or cache carries are never given out again: SQLite, without
+# AUTOINCREMENT, would hand a deleted row's id (the highest) to the next row; PostgreSQL's
+# sequences never go back.
+NEVER_REUSED = {"sqlite_autoincrement": True}
+
+
 class User(Base):
     __tablename__ = "users"
     __table_args__ = (
         UniqueConstraint("oidc_issuer", "oidc_subject", name="uq_users_oidc_identity"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -112,8 +119,22 @@ class User(Base):
     )
 
 
+class UserSession(Base):
+    """One signed-in browser: its cookie carries the random id whose SHA-256 is `id_hash`.
+    Signing out deletes the row, and the cookie (and every board cookie made from it) is
+    refused from then on; deleting the user deletes its rows."""
+
+    __tablename__ = "user_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 class Project(Base):
     __tablename__ = "projects"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
@@ -178,6 +199,7 @@ class ShareLink(Base):
     """A read-only link to one board; only a hash of its token is stored."""
 
     __tablename__ = "share_links"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -357,6 +379,7 @@ class ApiToken(Base):
     """A bearer token. Only the SHA-256 of the secret is stored: a dump holds nothing usable."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
@@ -493,6 +516,7 @@ class CompareBoard(BoardState, Base):
     (storage/compare_view.py); whoever opens it must be able to read every one of its runs."""
 
     __tablename__ = "compare_boards"
+    __table_args__ = NEVER_REUSED
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     # `cmp-` + 12 hex digits: the board's path /boards/<slug>/ (names.COMPARE_SLUG).

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from tbhub import audit
 from tbhub.auth.oidc import Identity
 from tbhub.auth.passwords import hash_password, verify_password
+from tbhub.auth.user_sessions import end_user_sessions
 from tbhub.errors import AlreadyExists, Forbidden, NotAuthenticated, NotFound
 from tbhub.models import User
 from tbhub.names import check_user_name
@@ -117,10 +118,12 @@ def refuse_last_admin(session: Session, user: User, what: str) -> None:
 
 def set_disabled(session: Session, *, name: str, disabled: bool, actor: str) -> User:
     """A disabled account keeps its data and memberships but gets in nowhere: its sessions
-    stop at once on pages and the API, and on boards within the permission cache's life."""
+    end for good (enabling it again brings none back) at once on pages and the API, and on
+    boards within the permission cache's life; its tokens are refused while it is disabled."""
     user = get_user(session, name=name)
     if disabled:
         refuse_last_admin(session, user, "disabled")
+        _end_every_session(session, user)
     user.disabled = disabled
     audit.record(session, actor=actor, action="user.disable" if disabled else "user.enable",
                  target=name)  # fmt: skip
@@ -131,7 +134,7 @@ def set_disabled(session: Session, *, name: str, disabled: bool, actor: str) -> 
 def end_sessions(session: Session, *, name: str, actor: str) -> User:
     """Sign out everywhere: every session issued so far stops working."""
     user = get_user(session, name=name)
-    user.session_epoch += 1
+    _end_every_session(session, user)
     audit.record(session, actor=actor, action="user.sign_out_everywhere", target=name)
     session.flush()
     return user
@@ -141,15 +144,23 @@ def set_password(session: Session, *, name: str, password: str, actor: str) -> U
     """A new password also ends every session made with the old one."""
     user = get_user(session, name=name)
     user.password_hash = hash_password(password)
-    user.session_epoch += 1
+    _end_every_session(session, user)
     audit.record(session, actor=actor, action="user.password", target=name)
     session.flush()
     return user
 
 
+def _end_every_session(session: Session, user: User) -> None:
+    """Every session row of the user goes, and the epoch its cookies (and board cookies,
+    and passes) carry moves on."""
+    end_user_sessions(session, user_id=user.id)
+    user.session_epoch += 1
+
+
 def delete_user(session: Session, *, name: str, actor: str) -> None:
     """Delete an account: its memberships and team places go, its runs and the audit log's
-    record of what it did stay. The last enabled admin cannot be deleted."""
+    record of what it did stay (its sessions and tokens go with it; its id is never given
+    to another account). The last enabled admin cannot be deleted."""
     user = get_user(session, name=name)
     refuse_last_admin(session, user, "deleted")
     session.delete(user)

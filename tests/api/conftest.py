@@ -10,7 +10,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.auth.tokens import create_token
+from tbhub.auth.user_sessions import start_session
 from tbhub.db import transaction
+from tbhub.deps import AppContext
 from tbhub.models import Role, TokenScope
 from tbhub.projects import create_project, set_membership
 from tbhub.settings import Settings
@@ -42,8 +44,16 @@ class Team:
         if who in self.secrets:
             return {"Authorization": f"Bearer {self.secrets[who]}"}
         context = self.client.app.state.context  # type: ignore[attr-defined]
-        cookie = context.signer.issue(self.user_ids[who])
+        cookie = signed_in_cookie(context, self.user_ids[who])
         return {"Cookie": f"{SESSION_COOKIE}={cookie}", "X-CSRF-Token": context.csrf.token(cookie)}
+
+
+def signed_in_cookie(context: AppContext, user_id: int) -> str:
+    """A session cookie as a sign-in makes it: its session row, then the signed value."""
+    expires_at = context.signer.expiry()
+    with transaction(context.factory) as session:
+        session_id = start_session(session, user_id=user_id, expires_at=expires_at)
+    return context.signer.issue(user_id, session_id=session_id)
 
 
 @pytest.fixture

@@ -147,14 +147,15 @@ def viewer_session(request: Request, context: AppContext, project: str) -> Sessi
     board = origins.read_cookie(value, project)
     if board is None:
         return None
-    return SessionData(user_id=board.user_id, expires_at=board.expires_at, epoch=board.epoch)
+    return SessionData(user_id=board.user_id, expires_at=board.expires_at,
+                       session_id=board.session_id, epoch=board.epoch)  # fmt: skip
 
 
 def judge_user(
     context: AppContext, data: SessionData | None, project: str
 ) -> tuple[Verdict, int | None]:
     """A session's own standing towards `project` (share links aside)."""
-    if data is None:
+    if data is None or not context.sessions.is_live(data):  # signed out, or user deleted
         return Verdict.anonymous, None
     access = context.access.lookup(data.user_id, project)
     # A disabled user's access reads as no user; a session from an older epoch is over.

@@ -85,7 +85,7 @@ def patch_user(
         users.set_disabled(session, name=name, disabled=body.disabled, actor=user.name)
     if body.is_admin is not None:
         users.set_admin(session, name=name, is_admin=body.is_admin, actor=user.name)
-    context.access.invalidate()
+    context.forget_identities(after=session)
     return describe(users.get_user(session, name=name))
 
 
@@ -96,7 +96,7 @@ def delete_user(
     """Delete an account; its runs stay (they are files of their projects)."""
     require_admin(user)
     users.delete_user(session, name=name, actor=user.name)
-    context.access.invalidate()
+    context.forget_identities(after=session)
 
 
 @router.post("/users/{name}/sign-out-everywhere", status_code=204)
@@ -105,14 +105,14 @@ def end_user_sessions(
 ) -> None:
     require_admin(user)
     users.end_sessions(session, name=name, actor=user.name)
-    context.access.invalidate()
+    context.forget_identities(after=session)
 
 
 @router.post("/me/sign-out-everywhere", status_code=204)
 def end_my_sessions(user: CurrentUser, session: SessionDep, context: ContextDep) -> Response:
     """Every session of yours ends, this one included."""
     users.end_sessions(session, name=user.name, actor=user.name)
-    context.access.invalidate()
+    context.forget_identities(after=session)
     return Response(status_code=204)
 
 
@@ -127,7 +127,7 @@ def change_my_password(
     if not verify_password(user.password_hash, body.current_password):
         raise NotAuthenticated("the current password is wrong; type it again")
     users.set_password(session, name=user.name, password=body.new_password, actor=user.name)
-    context.access.invalidate()
+    context.forget_identities(after=session)
     response = JSONResponse({"name": user.name, "password_changed": True})
-    set_session_cookie(response, context, user)
+    set_session_cookie(response, context, user, session)
     return response

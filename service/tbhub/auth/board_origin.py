@@ -8,9 +8,11 @@ what its board page shows. On its own origin, such content cannot act on tbhub's
    `/auth/board-pass?project=P&next=...`, where the signed-in member gets a pass (signed,
    for that project and user, valid 60 s) and is sent back to `/_tbhub/enter?pass=...`.
 2. `/_tbhub/enter` on the board origin checks the pass and sets `tbhub_board`, a host-only
-   cookie holding a signed board session for that project (user, session epoch, expiry).
+   cookie holding a signed board session for that project (user, session epoch, expiry, and
+   the id of the tbhub session the pass was made from).
 3. The auth hook, asked from a board origin, accepts that cookie for that project only and
-   re-checks the user's access and session epoch like any session.
+   re-checks the user's access, session epoch and session like any session: signing out of
+   tbhub ends the board sessions made from that session too.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class BoardSession:
     project: str
     epoch: int
     expires_at: int
+    session_id: str  # the tbhub session it was made from (auth/user_sessions.py)
 
 
 class BoardOrigins:
@@ -53,8 +56,8 @@ class BoardOrigins:
     def url(self, project: str, path: str = "/") -> str:
         return f"{self.scheme}://{project}.{self.domain}{self.port_suffix}{path}"
 
-    def issue_pass(self, *, user_id: int, project: str, epoch: int) -> str:
-        return self._passes.dump({"u": user_id, "p": project, "v": epoch,
+    def issue_pass(self, *, user_id: int, project: str, epoch: int, session_id: str) -> str:
+        return self._passes.dump({"u": user_id, "p": project, "v": epoch, "s": session_id,
                                   "e": int(time.time() + PASS_SECONDS)})  # fmt: skip
 
     def redeem_pass(self, value: str | None, project: str) -> BoardSession | None:
@@ -64,13 +67,14 @@ class BoardOrigins:
             if data is None or data["p"] != project or int(data["e"]) < time.time():
                 return None
             return BoardSession(int(data["u"]), project, int(data["v"]),
-                                int(time.time() + self.max_age))  # fmt: skip
+                                int(time.time() + self.max_age), str(data["s"]))  # fmt: skip
         except (KeyError, TypeError, ValueError):
             return None
 
     def cookie_value(self, session: BoardSession) -> str:
         return self._sessions.dump({"u": session.user_id, "p": session.project,
-                                    "v": session.epoch, "e": session.expires_at})  # fmt: skip
+                                    "v": session.epoch, "e": session.expires_at,
+                                    "s": session.session_id})  # fmt: skip
 
     def read_cookie(self, value: str | None, project: str) -> BoardSession | None:
         """The board session a cookie carries, if it is for `project` and not expired."""
@@ -78,6 +82,7 @@ class BoardOrigins:
         try:
             if data is None or data["p"] != project or int(data["e"]) < time.time():
                 return None
-            return BoardSession(int(data["u"]), project, int(data["v"]), int(data["e"]))
+            return BoardSession(int(data["u"]), project, int(data["v"]), int(data["e"]),
+                                str(data["s"]))  # fmt: skip
         except (KeyError, TypeError, ValueError):
             return None

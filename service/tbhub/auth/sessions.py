@@ -1,4 +1,6 @@
-"""Signed, stateless session cookies: `<payload>.<hmac>`; verifying one touches no database."""
+"""Signed session cookies: `<payload>.<hmac>`. Verifying the signature touches no database;
+the session id a cookie carries is then checked against its row (auth/user_sessions.py), so
+signing out ends it on the server."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class CookieNames:
 class SessionData:
     user_id: int
     expires_at: int
+    session_id: str  # the random id of its `user_sessions` row; signing out deletes the row
     epoch: int = 0  # the user's session epoch when it was issued; a raised epoch ends it
 
 
@@ -74,21 +77,27 @@ class SessionSigner:
         self._signer = Signer(secret_key, "tbhub-session")
         self.max_age = max_age
 
+    def expiry(self, now: float | None = None, max_age: int | None = None) -> int:
+        """When a session issued now with `max_age` (at most the signer's) ends."""
+        lifetime = self.max_age if max_age is None else min(max_age, self.max_age)
+        return int((now if now is not None else time.time()) + lifetime)
+
     def issue(
-        self, user_id: int, now: float | None = None, *, epoch: int = 0,
+        self, user_id: int, now: float | None = None, *, session_id: str, epoch: int = 0,
         max_age: int | None = None,
     ) -> str:  # fmt: skip
-        lifetime = self.max_age if max_age is None else min(max_age, self.max_age)
-        expires_at = int((now if now is not None else time.time()) + lifetime)
-        return self._signer.dump({"u": user_id, "e": expires_at, "v": epoch})
+        expires_at = self.expiry(now, max_age)
+        return self._signer.dump({"u": user_id, "e": expires_at, "v": epoch, "s": session_id})
 
     def verify(self, token: str | None, now: float | None = None) -> SessionData | None:
-        """The session a cookie carries, or None if it is missing, forged or expired."""
+        """The session a cookie carries, or None if it is missing, forged or expired (or made
+        before sessions had ids)."""
         body = self._signer.load(token)
         try:
             data = SessionData(
                 user_id=int(body["u"]),  # type: ignore[index]
                 expires_at=int(body["e"]),  # type: ignore[index]
+                session_id=str(body["s"]),  # type: ignore[index]
                 epoch=int(body.get("v", 0)),  # type: ignore[union-attr]
             )
         except (ValueError, KeyError, TypeError, AttributeError):

@@ -207,7 +207,7 @@ def user_action(
     result = attempt(context.factory, change)
     if isinstance(result, TbhubError):
         return _users(request, session, user, error=result)
-    context.access.invalidate()
+    context.forget_identities()  # committed by attempt()
     return done("/admin/users", "user_updated")
 
 

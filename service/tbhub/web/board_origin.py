@@ -13,7 +13,7 @@ from tbhub.auth.board_origin import PASS_SECONDS, BoardOrigins
 from tbhub.auth.compare_access import may_open
 from tbhub.auth.share_links import SHARE_COOKIE, TOKEN_LENGTH
 from tbhub.bounds import TOKEN_MAX, URL_PATH_MAX
-from tbhub.deps import AppContext, ContextDep, OptionalUser
+from tbhub.deps import AppContext, ContextDep, OptionalUser, signed_in_session
 from tbhub.errors import Forbidden, NotFound
 from tbhub.names import check_project_name
 from tbhub.supervisor.plan import board_prefix
@@ -37,6 +37,7 @@ def _board_next(project: str, next_path: str) -> str:
 
 @router.get("/auth/board-pass")
 def board_pass(
+    request: Request,
     context: ContextDep,
     user: OptionalUser,
     project: Annotated[str, Query(max_length=63)],
@@ -50,7 +51,10 @@ def board_pass(
         return RedirectResponse(f"/auth/login?next={quote(here, safe='')}", status_code=302)
     if not may_open(context.access, context.compares, user.id, project):
         raise Forbidden(f"you may not read the board {project!r}; ask an owner of its project")
-    token = origins.issue_pass(user_id=user.id, project=project, epoch=user.session_epoch)
+    signed_in = signed_in_session(request, context)
+    assert signed_in is not None  # the user came from it
+    token = origins.issue_pass(user_id=user.id, project=project, epoch=user.session_epoch,
+                               session_id=signed_in.session_id)  # fmt: skip
     query = urlencode({"pass": token, "next": _board_next(project, next)})
     return RedirectResponse(origins.url(project, f"/_tbhub/enter?{query}"), status_code=302)
 

@@ -73,7 +73,7 @@ def oidc_callback(
                     group_teams=context.settings.oidc_group_teams)  # fmt: skip
         context.access.invalidate()
     assert pending is not None
-    response = signed_in_redirect(context, user, safe_next(pending.next))
+    response = signed_in_redirect(context, session, user, safe_next(pending.next))
     # The pending login is used up: a replayed callback finds no state to match.
     response.delete_cookie(PENDING_COOKIE, path="/auth/oidc/")
     return response

@@ -7,9 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy.orm import Session
 
 from tbhub import audit
+from tbhub.auth.user_sessions import end_session
 from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
+from tbhub.db import transaction
 from tbhub.deps import (
     AppContext,
     ContextDep,
@@ -17,6 +20,7 @@ from tbhub.deps import (
     SessionDep,
     client_address,
     set_session_cookie,
+    signed_in_session,
 )
 from tbhub.errors import Forbidden, NotAuthenticated
 from tbhub.models import User
@@ -98,13 +102,14 @@ def login(
     context.sign_ins.succeeded(username)
     audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
                  address=address, method="local")  # fmt: skip
-    return signed_in_redirect(context, user, safe_next(next))
+    return signed_in_redirect(context, session, user, safe_next(next))
 
 
-def signed_in_redirect(context: AppContext, user: User, target: str) -> Response:
-    """The answer to a successful sign-in, by password or OIDC: the session cookie, and on."""
+def signed_in_redirect(context: AppContext, session: Session, user: User, target: str) -> Response:
+    """The answer to a successful sign-in, by password or OIDC: a new session (its row and
+    its cookie), and on."""
     response = RedirectResponse(target, status_code=303)
-    set_session_cookie(response, context, user)
+    set_session_cookie(response, context, user, session)
     return response
 
 
@@ -123,6 +128,13 @@ def logout(
     csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
 ) -> Response:
     check_form_token(request, csrf_token, "sign-out")
+    signed_in = signed_in_session(request, context)
+    if signed_in is not None:
+        # Ends on the server: a copy of the cookie, and the board cookies made from this
+        # session, are refused from now on (the other devices' sessions go on).
+        with transaction(context.factory) as session:
+            end_session(session, signed_in.session_id)
+        context.sessions.invalidate()
     response = RedirectResponse("/auth/login", status_code=303)
     response.delete_cookie(context.cookies.session, path="/")
     return response
