@@ -12,6 +12,7 @@ from playwright.sync_api import Browser, BrowserContext, Response
 from tbhub.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 from tests.e2e.healing import board_row
+from tests.e2e.test_boards import wait_for_board
 from tests.scripts import write_script
 
 # A board that takes longer to come up than the old starting page's fixed 2 s reload: then
@@ -77,3 +78,44 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready(
     late = shown_at - ready.observed_at.timestamp()
     assert late < 1.0, f"the board was shown {late:.2f} s after it was ready"
     page.wait_for_selector("text=run-01", timeout=30_000)
+
+
+def test_a_board_page_loads_with_no_404_and_no_console_error(
+    make_server: Callable[..., TbhubServer], browser: Browser
+) -> None:
+    """TensorBoard's page asks for its fonts at /font-roboto/ on the site root, whatever its
+    path prefix; tbhub serves them from the board, so nothing on the page fails to load."""
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    write_project(server.add_project("vision", owner="alice"), runs=2, steps=20, tags=1)
+    server.start()
+    wait_for_board(server.sign_in("alice", "alice-password"), "vision")
+    context = signed_in(browser, server)
+    try:
+        page = context.new_page()
+        failed: list[str] = []
+        fonts: list[str] = []
+        errors: list[str] = []
+
+        def on_response(response: Response) -> None:
+            if response.status >= 400:
+                failed.append(f"{response.status} {response.url}")
+            if response.url.endswith(".woff2"):
+                fonts.append(f"{response.status} {response.url}")
+
+        page.on("response", on_response)
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.base_url}/boards/vision/")
+        page.wait_for_selector("text=run-01", timeout=30_000)
+        page.evaluate("document.fonts.ready.then(() => document.fonts.size)")
+        page.wait_for_load_state("networkidle")
+        assert fonts, "the page loaded no font: the check below would prove nothing"
+        assert all(f.startswith("200 ") and "/boards/vision/font-roboto/" in f for f in fonts), (
+            fonts
+        )
+        assert failed == [] and errors == [], (failed, errors)
+        # nginx replaces every font URL; tbhub's bar is still added once.
+        assert page.locator('script[src="/static/board-bar.js"]').count() == 1
+    finally:
+        context.close()
