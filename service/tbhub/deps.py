@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
 from tbhub.auth.compare_access import CompareCache
-from tbhub.auth.csrf import CsrfTokens
+from tbhub.auth.csrf import CsrfTokens, require_header_token
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import (
@@ -112,9 +112,13 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 def signed_in_session(request: Request, context: AppContext) -> SessionData | None:
     """The session a valid cookie carries (not yet checked against the user's epoch);
-    raises AmbiguousSession for a request whose cookies could be read two ways."""
+    raises AmbiguousSession for a request whose cookies could be read two ways, and
+    CsrfFailed for an unsafe /api/ call it would authenticate without its CSRF token."""
     cookie = read_session_cookie(request.headers.getlist("cookie"), context.cookies.session)
-    return context.signer.verify(cookie)
+    data = context.signer.verify(cookie)
+    if data is not None and cookie is not None:
+        require_header_token(request, context.csrf, cookie)
+    return data
 
 
 def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool:

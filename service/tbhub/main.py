@@ -186,9 +186,7 @@ def create_app(
     install_error_handlers(app, error_page=render.error_page)
     app.add_middleware(
         CsrfGuard,
-        tokens=context.csrf,
         public_url=context.settings.public_url,
-        session_cookie=context.cookies.session,
     )
     app.add_middleware(SecurityHeaders)
     app.add_middleware(ServerTiming)

@@ -5,13 +5,16 @@ token only tbhub can make, and none may come from another site.
   under a key derived from the secret key. A planted cookie pair is worthless: the token
   is bound to the victim's own session, which no other site can read.
 - Forms send it as the `csrf_token` field (checked by their handlers); JSON calls send it
-  as the `X-CSRF-Token` header (checked here for every /api/ request that carries the
-  session cookie). Pages get it rendered; scripts get it from `GET /api/v1/csrf`.
+  as the `X-CSRF-Token` header (`require_header_token`, checked wherever the session cookie
+  authenticates an unsafe /api/ request: deps.signed_in_session). Pages get it rendered;
+  scripts get it from `GET /api/v1/csrf`.
 - Any POST/PUT/PATCH/DELETE whose `Origin` is not tbhub's own, or whose `Sec-Fetch-Site`
-  is not `same-origin`/`none`, is refused, forms and sign-in included. A sibling
-  subdomain is "same-site", and refused too.
-- Calls with `Authorization: Bearer` need no token: a browser never adds that header by
-  itself, and the bearer token, not the cookie, is what such a call is judged by.
+  is not `same-origin`/`none`, is refused, forms and sign-in included (CsrfGuard). A
+  sibling subdomain is "same-site", and refused too.
+- The credential that authenticates a call decides its rule, not the headers it carries: a
+  call authenticated by an API token needs no CSRF token (a browser never adds a bearer
+  header by itself), but any call the cookie authenticates needs one, whatever other
+  `Authorization` header it also sends.
 """
 
 from __future__ import annotations
@@ -79,40 +82,32 @@ def cross_site_reason(request: Request, public_url: str) -> str | None:
     return None
 
 
-class CsrfGuard:
-    """ASGI middleware: the Origin check for every unsafe request, the token for JSON calls."""
+def require_header_token(request: Request, tokens: CsrfTokens, session_cookie: str) -> None:
+    """Refuse an unsafe /api/ call that the session cookie `session_cookie` authenticates
+    unless it carries that session's X-CSRF-Token (forms check their own field)."""
+    if request.method not in UNSAFE_METHODS or not request.url.path.startswith("/api/"):
+        return
+    if not tokens.valid(session_cookie, request.headers.get(CSRF_HEADER)):
+        raise CsrfFailed(
+            "a call made with the session cookie needs the X-CSRF-Token header; get it "
+            "from GET /api/v1/csrf, or call with an API token (Authorization: Bearer) instead"
+        )
 
-    def __init__(
-        self, app: ASGIApp, *, tokens: CsrfTokens, public_url: str, session_cookie: str
-    ) -> None:
-        self.app, self.tokens, self.public_url = app, tokens, public_url
-        self.session_cookie = session_cookie
+
+class CsrfGuard:
+    """ASGI middleware: the Origin check for every unsafe request (the token is checked where
+    the cookie authenticates the request: require_header_token)."""
+
+    def __init__(self, app: ASGIApp, *, public_url: str) -> None:
+        self.app, self.public_url = app, public_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
             request = Request(scope)
-            problem = self._problem(request)
-            if problem is not None:
+            reason = cross_site_reason(request, self.public_url)
+            if reason is not None:
+                problem = f"refused: {reason}; submit it from tbhub's own pages"
                 response = error_response(request, 403, CsrfFailed.code, problem)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-    def _problem(self, request: Request) -> str | None:
-        reason = cross_site_reason(request, self.public_url)
-        if reason is not None:
-            return f"refused: {reason}; submit it from tbhub's own pages"
-        if not request.url.path.startswith("/api/"):
-            return None  # forms check their csrf_token field themselves
-        try:
-            session = read_session_cookie(request.headers.getlist("cookie"), self.session_cookie)
-        except AmbiguousSession:
-            return None  # the route refuses it with its own, clearer error
-        if session is None or request.headers.get("authorization"):
-            return None  # a bearer token (which a browser never adds by itself) or nobody
-        if not self.tokens.valid(session, request.headers.get(CSRF_HEADER)):
-            return (
-                "a call made with the session cookie needs the X-CSRF-Token header; get it "
-                "from GET /api/v1/csrf, or call with an API token instead"
-            )
-        return None
