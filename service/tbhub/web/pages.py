@@ -85,11 +85,12 @@ def login(
     if wait > 0:
         log.warning("sign-in refused for %r from %s: throttled for %.0fs", username, address, wait)
         minutes = f"{wait / 60:.0f} minutes" if wait >= 120 else f"{wait:.0f} seconds"
-        values = login_page(context, safe_next(next), f"too many failed sign-ins for this account "
-                          f"or from your address; try again in {minutes}")  # fmt: skip
+        values = login_page(context, safe_next(next), f"too many failed sign-ins from your "
+                            f"address; try again in {minutes}")  # fmt: skip
         response = page(request, "login.html", values, status_code=429)
         response.headers["Retry-After"] = str(int(wait) + 1)
         return response
+    context.sign_ins.hold(username)  # an account failing from many addresses: a delay
     try:
         user = authenticate(session, name=username, password=password)
     except NotAuthenticated as exc:
@@ -99,7 +100,7 @@ def login(
         log.warning("sign-in refused for %r from %s: wrong name or password", username, address)
         values = login_page(context, safe_next(next), exc.message)
         return page(request, "login.html", values, status_code=401)
-    context.sign_ins.succeeded(username)
+    context.sign_ins.succeeded(username, address)
     audit.record(session, actor=user.name, action="auth.sign_in", target=user.name,
                  address=address, method="local")  # fmt: skip
     return signed_in_redirect(context, session, user, safe_next(next))
