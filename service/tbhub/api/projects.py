@@ -191,6 +191,6 @@ def delete_project(
     require_project(context.access, caller, name, Role.owner)
     report = retention.delete_project(context.factory, context.settings, project=name,
                                       actor=caller.name)  # fmt: skip
-    context.access.invalidate()
+    context.forget_identities()  # its roles, share links, tokens' reach, compare boards
     return {"project": name, "deleted": True, "trashed_runs": report.trashed,
             "bytes": report.bytes}  # fmt: skip
