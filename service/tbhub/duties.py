@@ -31,12 +31,14 @@ def start_watcher(
     """The storage watcher feeding the runs table, and the upload quota's byte counts."""
     if settings.watch_mode == "off":
         return None
+    sink = DatabaseRunSink(context.factory)
     watcher = StorageWatcher(
         settings.storage,
-        DatabaseRunSink(context.factory),
+        sink,
         mode=choose_mode(settings.storage, settings.watch_mode),
         poll_interval=settings.watch_poll_interval,
         on_change=on_change,
+        claims=sink.registered,
     )
     watcher.start()
     context.usage.watcher = watcher

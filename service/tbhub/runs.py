@@ -255,6 +255,21 @@ def is_registered(session: Session, *, project_id: int, run_path: str) -> bool:
     return found is not None
 
 
+def registered_paths(session: Session, *, project: str) -> frozenset[str]:
+    """The paths of the project's runs registered through the API and still in place: each
+    owns everything under its directory, event files in subdirectories too (jobs/scan.py)."""
+    query = (
+        select(Run.path)
+        .join(Project, Project.id == Run.project_id)
+        .where(
+            Project.name == project,
+            Run.source == RunSource.api,
+            Run.retention_state == RetentionState.present,
+        )
+    )
+    return frozenset(session.scalars(query))
+
+
 @dataclass(frozen=True)
 class RunFilter:
     status: list[RunStatus] | None = None

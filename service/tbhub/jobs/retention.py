@@ -28,10 +28,10 @@ from tbhub.jobs.policy import (
     plan_project,
 )
 from tbhub.jobs.run_names import similar_runs_hint
-from tbhub.jobs.scan import RunInfo, measure_dir, scan_projects
+from tbhub.jobs.scan import RunInfo, ScanItem, measure_dir, scan_projects
 from tbhub.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.projects import get_project, list_projects
-from tbhub.runs import is_registered
+from tbhub.runs import is_registered, registered_paths
 from tbhub.settings import Settings
 from tbhub.storage.paths import project_dir
 
@@ -85,11 +85,14 @@ def plan_retention(
     """The dry run: what apply would do now, per project. Reads the disk, changes nothing."""
     with factory() as session:
         policies = load_policies(session, settings, project=project)
+        claimed = {p.project: registered_paths(session, project=p.project) for p in policies}
     now = time.time() if now is None else now
-    usable, dirs = [], []
+    usable: list[ProjectPolicy] = []
+    dirs: list[ScanItem] = []
     for item in policies:
         try:
-            dirs.append((str(project_dir(settings.storage, item.project)), item.project))
+            directory = str(project_dir(settings.storage, item.project))
+            dirs.append((directory, item.project, claimed[item.project]))
         except UnsafePath as exc:
             if project is not None:
                 raise
@@ -326,7 +329,8 @@ def delete_project(
     project stays and the error names them; run it again once they are free."""
     with factory() as session:
         get_project(session, name=project)
-    runs = scan_projects([(str(project_dir(settings.storage, project)), project)])[0]
+        claimed = registered_paths(session, project=project)
+    runs = scan_projects([(str(project_dir(settings.storage, project)), project, claimed)])[0]
     plan = ProjectPlan(project=project, policy=Policy(action="trash"),
                        remove=[Decision(run, ("project_deleted",)) for run in runs])  # fmt: skip
     report = apply_plans(factory, settings, [plan], actor=actor)

@@ -1,8 +1,12 @@
 """Find the runs under a project directory in one pass: size, file count and last write.
 
-A run is a directory that directly holds event files (`events.out.tfevents.*`). A run
-nested inside another run belongs to the outer one, because moving the outer directory
-moves it too. Symlinks are neither followed nor counted (DESIGN.md decision 9).
+A run is a directory that directly holds event files (`events.out.tfevents.*`), or a
+directory registered as a run through the API (`claimed`), whatever it holds. A run owns
+everything under its directory: a run nested inside another run belongs to the outer one,
+because moving the outer directory moves it too. So a registered run whose event files sit
+in `train/` and `val/` is one run with all their bytes, and an unregistered tree is one run
+at its outermost directory that holds event files. Symlinks are neither followed nor
+counted (DESIGN.md decision 9).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import signal
 import stat
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -32,7 +37,13 @@ class RunInfo:
     last_write: float  # newest mtime of its files, epoch seconds (0.0 when it has none)
 
 
-def scan_project(project_dir: str | os.PathLike[str], project: str) -> list[RunInfo]:
+Claimed = frozenset[str]  # the paths of a project's registered runs
+NONE_CLAIMED: Claimed = frozenset()
+
+
+def scan_project(
+    project_dir: str | os.PathLike[str], project: str, claimed: Claimed = NONE_CLAIMED
+) -> list[RunInfo]:
     """Every run under `project_dir`, in no particular order. The project dir itself is
     never a run (its board would have nothing else), so event files right in it are ignored.
 
@@ -47,14 +58,19 @@ def scan_project(project_dir: str | os.PathLike[str], project: str) -> list[RunI
         with os.scandir(top) as scanner:
             subdirs = [e.name for e in scanner if e.is_dir(follow_symlinks=False)]
         for name in subdirs:
-            _walk(top, name, name, project, runs)
+            _walk(top, name, name, project, runs, claimed)
     finally:
         os.close(top)
     return runs
 
 
 def _walk(
-    parent_fd: int, name: str, rel: str, project: str, runs: list[RunInfo]
+    parent_fd: int,
+    name: str,
+    rel: str,
+    project: str,
+    runs: list[RunInfo],
+    claimed: Claimed = NONE_CLAIMED,
 ) -> tuple[int, int, float]:
     """Totals (bytes, files, newest mtime) of the tree at `name`; appends the runs in it."""
     try:
@@ -63,7 +79,7 @@ def _walk(
         return 0, 0, 0.0  # gone, swapped for a symlink (ELOOP) or unreadable
     total = count = 0
     newest = 0.0
-    is_run = False
+    is_run = rel in claimed
     subdirs = []
     try:
         with os.scandir(fd) as scanner:
@@ -85,7 +101,9 @@ def _walk(
                     is_run = True
         mark = len(runs)
         for sub in subdirs:
-            sub_bytes, sub_files, sub_newest = _walk(fd, sub, f"{rel}/{sub}", project, runs)
+            sub_bytes, sub_files, sub_newest = _walk(
+                fd, sub, f"{rel}/{sub}", project, runs, claimed
+            )
             total += sub_bytes
             count += sub_files
             if sub_newest > newest:
@@ -98,13 +116,15 @@ def _walk(
     return total, count, newest
 
 
-def scan_under(project_dir: str | os.PathLike[str], project: str, rel: str) -> list[RunInfo]:
+def scan_under(
+    project_dir: str | os.PathLike[str], project: str, rel: str, claimed: Claimed = NONE_CLAIMED
+) -> list[RunInfo]:
     """The runs at or below `rel` (a directory inside the project; '' is the whole project):
     the watcher's re-scan of one changed run or new subtree, by the same walk as above. The
     way to `rel` is opened one directory at a time without following symlinks, so a path that
     is gone, or that passes through a symlink (out of the project, say), holds no runs."""
     if not rel:
-        return scan_project(project_dir, project)
+        return scan_project(project_dir, project, claimed)
     parts = rel.split("/")
     runs: list[RunInfo] = []
     try:
@@ -118,7 +138,7 @@ def scan_under(project_dir: str | os.PathLike[str], project: str, rel: str) -> l
     finally:
         os.close(top)
     try:
-        _walk(parent, parts[-1], rel, project, runs)
+        _walk(parent, parts[-1], rel, project, runs, claimed)
     finally:
         os.close(parent)
     return runs
@@ -130,12 +150,15 @@ def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:
     return _walk(parent_fd, name, name, "", [])
 
 
-def _scan_one(item: tuple[str, str]) -> list[RunInfo]:
-    return scan_project(item[0], item[1])
+ScanItem = tuple[str, str] | tuple[str, str, Claimed]  # (directory, project[, claimed])
 
 
-def scan_projects(items: list[tuple[str, str]]) -> list[list[RunInfo]]:
-    """scan_project for each (directory, project), in worker processes when there are
+def _scan_one(item: ScanItem) -> list[RunInfo]:
+    return scan_project(*item)
+
+
+def scan_projects(items: Sequence[ScanItem]) -> list[list[RunInfo]]:
+    """scan_project for each (directory, project[, claimed]), in worker processes when there are
     several projects and CPUs. Threads do not help: the walk holds the GIL between stats.
     A single-threaded caller (the CLI) forks, which costs nothing; the server runs threads,
     so there the workers are spawned (they then import the server's modules once each)."""

@@ -3,6 +3,12 @@
 A directory that got event files and has no row becomes a `discovered` run; every present
 run, registered through the API or discovered, gets its bytes, files and last write. Runs
 that left the disk keep their rows: retention marks the ones it moved (runs.mark_retention).
+
+A run owns everything under its directory (jobs/scan.py): the watcher walks with the
+project's registered runs (`registered`) as runs whatever they hold, so event files in a
+registered run's `train/` or `version_0/` count towards it and become no run of their own.
+A discovered row found inside a run recorded now (made before its parent was a run, or by
+an older tbhub) is merged into it: removed, with a line in the log.
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.db import transaction
 from tbhub.jobs.scan import RunInfo
 from tbhub.models import Project, Run, RunSource, RunStatus
-from tbhub.runs import note_event
-from tbhub.storage.watcher import ProjectChanges
+from tbhub.runs import note_event, registered_paths
+from tbhub.storage.watcher import ProjectChanges, owner_at_or_above
 
 log = logging.getLogger("tbhub.watcher")
 
@@ -35,6 +41,11 @@ def _utc(ts: float) -> datetime | None:
 class DatabaseRunSink:
     def __init__(self, factory: sessionmaker[Session]) -> None:
         self.factory = factory
+
+    def registered(self, project: str) -> frozenset[str]:
+        """The watcher's `claims`: the project's registered runs still in place."""
+        with self.factory() as session:
+            return registered_paths(session, project=project)
 
     def record(self, changes: list[ProjectChanges]) -> None:
         """All changes in one transaction: a failure leaves nothing half-recorded."""
@@ -87,3 +98,19 @@ class DatabaseRunSink:
             if last_write is not None:
                 run.last_write = last_write
                 run.first_write = run.first_write or last_write
+        self._merge_nested(session, project_id, project, {info.path for info in found})
+
+    def _merge_nested(
+        self, session: Session, project_id: int, project: str, owners: set[str]
+    ) -> None:
+        """Remove the discovered rows that lie inside a run recorded now."""
+        query = select(Run.id, Run.path).where(
+            Run.project_id == project_id,
+            Run.source == RunSource.discovered,
+            Run.path.contains("/"),
+        )
+        for run_id, path in session.execute(query).all():
+            outer = owner_at_or_above(owners, path.rpartition("/")[0])
+            if outer is not None:
+                log.info("merged discovered run %s/%s into run %s", project, path, outer)
+                session.delete(session.get_one(Run, run_id))

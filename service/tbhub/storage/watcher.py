@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -35,7 +35,14 @@ from watchdog.events import (
 )
 from watchdog.observers.api import BaseObserver
 
-from tbhub.jobs.scan import EVENT_FILE_PREFIX, RunInfo, scan_projects, scan_under
+from tbhub.jobs.scan import (
+    EVENT_FILE_PREFIX,
+    NONE_CLAIMED,
+    Claimed,
+    RunInfo,
+    scan_projects,
+    scan_under,
+)
 from tbhub.names import PROJECT_SLUG
 from tbhub.storage.fstype import is_network_filesystem
 from tbhub.storage.paths import project_problem
@@ -77,13 +84,7 @@ class RunIndex:
     def owner(self, project: str, rel: str) -> str | None:
         """The known run at `rel` or above it (a run owns everything under it)."""
         with self._lock:
-            runs = self._runs.get(project, {})
-            parts = rel.split("/") if rel else []
-            for depth in range(1, len(parts) + 1):
-                candidate = "/".join(parts[:depth])
-                if candidate in runs:
-                    return candidate
-        return None
+            return owner_at_or_above(self._runs.get(project, {}), rel)
 
     def diff(self, project: str, rel: str, found: list[RunInfo]) -> ProjectChanges:
         """How `found` (every run at or under `rel` now) differs from what is known."""
@@ -142,6 +143,7 @@ class StorageWatcher:
         mode: WatchMode,
         poll_interval: float = 10.0,
         on_change: Callable[[], None] = lambda: None,
+        claims: Callable[[str], Claimed] = lambda project: NONE_CLAIMED,
         settle: float = 0.1,
         min_gap: float = 0.5,
         retry_after: float = 5.0,
@@ -151,6 +153,9 @@ class StorageWatcher:
         self.mode = mode
         self.poll_interval = poll_interval
         self.on_change = on_change
+        # The project's registered runs: each is a run whatever it holds, and owns its
+        # subtree, so event files in its subdirectories never become runs of their own.
+        self.claims = claims
         self.settle = settle  # let a burst of events gather before a flush
         self.min_gap = min_gap  # at most one flush (one DB write) per this many seconds
         self.retry_after = retry_after
@@ -262,7 +267,9 @@ class StorageWatcher:
     def _scan_everything(self) -> None:
         with os.scandir(self.root) as entries:
             projects = [e.name for e in entries if self._is_project(e.name)]
-        scanned = scan_projects([(str(self.root / name), name) for name in projects])
+        scanned = scan_projects(
+            [(str(self.root / name), name, self.claims(name)) for name in projects]
+        )
         changes = [
             self.index.diff(name, "", runs) for name, runs in zip(projects, scanned, strict=True)
         ]
@@ -284,19 +291,23 @@ class StorageWatcher:
         """Re-measure what is dirty and hand the differences to the sink."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
-        targets: dict[str, set[str]] = {}
+        by_project: dict[str, list[tuple[str, bool]]] = {}
         for project, rel, may_be_run in dirty:
-            target = self.index.owner(project, rel)
-            if target is None and may_be_run:
-                target = rel
-            if target is not None:
-                targets.setdefault(project, set()).add(target)
+            by_project.setdefault(project, []).append((rel, may_be_run))
         changes = []
-        for project, rels in targets.items():
+        for project, marks in by_project.items():
             if not self._is_project(project):
                 continue
-            for rel in _outermost(rels):
-                found = scan_under(self.root / project, project, rel)
+            claimed = self.claims(project)
+            targets = set()
+            for rel, may_be_run in marks:
+                target = owner_at_or_above(claimed, rel) or self.index.owner(project, rel)
+                if target is None and may_be_run:
+                    target = rel
+                if target is not None:
+                    targets.add(target)
+            for rel in _outermost(targets):
+                found = scan_under(self.root / project, project, rel, claimed)
                 change = self.index.diff(project, rel, found)
                 if change.runs or change.gone:
                     changes.append(change)
@@ -310,6 +321,15 @@ class StorageWatcher:
             for change in changes:
                 self.index.apply(change)
         return changes
+
+
+def owner_at_or_above(runs: Container[str], rel: str) -> str | None:
+    """The outermost of `runs` at or above `rel`, if any: a run owns everything under it."""
+    parts = rel.split("/") if rel else []
+    for depth in range(1, len(parts) + 1):
+        if (candidate := "/".join(parts[:depth])) in runs:
+            return candidate
+    return None
 
 
 def _outermost(rels: set[str]) -> list[str]:
