@@ -81,7 +81,7 @@ def test_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
     root.mkdir()
     outside.mkdir()
     os.symlink(outside, root / "escape")
-    with pytest.raises(UnsafePath, match="escape.*is a symlink"):
+    with pytest.raises(UnsafePath, match=r"escape.*is a symlink"):
         project_dir(root, "escape")
     assert inside_root(root, root / "fine") == (root / "fine").resolve()
 
