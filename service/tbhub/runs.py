@@ -377,8 +377,11 @@ def update_run(
     notes: str | None,
     tags: list[str] | None,
     actor: str,
+    hparams: dict[str, Any] | None = None,
+    dataset_version: str | None = None,
 ) -> Run:
-    """Set the status, merge summary metrics, replace notes or tags: all or nothing."""
+    """Set the status, merge summary metrics and hyperparameters, replace notes, tags or the
+    dataset version: all or nothing."""
     now = datetime.now(UTC)
     if status is not None:
         if status == RunStatus.discovered:
@@ -393,8 +396,15 @@ def update_run(
         if len(merged) > 256:
             raise InvalidInput("a run keeps at most 256 summary metrics; drop some")
         run.metrics = merged
+    if hparams is not None:
+        merged_hparams = {**run.hparams, **hparams}
+        if len(merged_hparams) > 256:
+            raise InvalidInput("a run keeps at most 256 hyperparameters; drop some")
+        run.hparams = merged_hparams
     if notes is not None:
         run.notes = notes
+    if dataset_version is not None:
+        run.dataset_version = dataset_version
     if tags is not None:
         wanted = check_tags(tags)
         run.tag_rows = [row for row in run.tag_rows if row.tag in wanted] + [

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tbhub.sample_logs import scalar_value
+from tbhub.sample_logs import scalar_value, write_run
 from tbhub.timestamps import PATTERN
 from tests.e2e.harness import TBHUB
 from tests.e2e.jobs_hub import Hub, board_scalars
@@ -99,7 +99,28 @@ def test_tbhub_run_with_upload_sends_the_logs_and_the_board_shows_them(hub: Hub)
     run = hub.run(int(run_id))
     assert run["status"] == "finished"
     assert not local.startswith(str(hub.server.storage))  # it wrote locally, then uploaded
+    assert not Path(local).exists()  # and its scratch directory went once all was sent
     assert board_scalars(hub, str(run["path"]), "metric/0", 5) == expected_scalars(5)
+
+
+TRASH_OWN_RUN = (
+    "import os; from tbhub.client import Client; "
+    "Client().delete_run('vision', int(os.environ['TBHUB_RUN_ID'])); "
+    "print(os.environ['TBHUB_RUN_ID'], os.environ['TBHUB_LOGDIR'])"
+)
+
+
+def test_tbhub_run_keeps_its_scratch_directory_and_says_where_when_the_upload_fails(
+    hub: Hub,
+) -> None:
+    done = hub.tbhub("run", "-p", "vision", "--upload", "--", sys.executable, "-c",
+                     WRITE_EVENTS + "; " + TRASH_OWN_RUN)  # fmt: skip
+    run_id, local = done.stdout.split()
+    assert done.returncode == 1, done.stderr
+    assert Path(local).is_dir() and any(Path(local).glob("events.out.tfevents.*"))
+    assert f"the logs stay in {local}" in done.stderr
+    assert f"tbhub upload {local} --project vision --run {run_id} --finish" in done.stderr
+    assert hub.run(int(run_id))["status"] == "failed"
 
 
 def test_tbhub_run_passes_the_exit_code_and_marks_failed(hub: Hub) -> None:
@@ -180,6 +201,79 @@ def test_client_run_inside_tbhub_run_joins_that_run(hub: Hub) -> None:
     assert done.returncode == 0, done.stderr
     run = hub.run(int(done.stdout.split()[0]))
     assert run["name"] == "outer" and run["status"] == "finished"
+
+
+JOINING_SCRIPT = """
+import sys
+from tbhub.client import Run
+with Run("vision", hparams={"lr": 0.5, "amp": True}, tags=["inner"], notes="from Run",
+         dataset_version="v2", group=sys.argv[1] or None) as run:
+    print(run.id, flush=True)
+"""
+
+
+def test_client_run_inside_tbhub_run_merges_what_it_was_given_into_that_run(hub: Hub) -> None:
+    done = hub.tbhub("run", "-p", "vision", "-n", "outer", "--hparam", "batch=32", "--hparam",
+                     "lr=0.1", "--tag", "outer", "--", sys.executable, "-c", JOINING_SCRIPT,
+                     "")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = hub.run(int(done.stdout.split()[0]))
+    assert run["hparams"] == {"batch": 32, "lr": 0.5, "amp": True}
+    assert (sorted(run["tags"]), run["notes"], run["dataset_version"]) == (
+        ["inner", "outer"], "from Run", "v2")  # fmt: skip
+    refused = hub.tbhub("run", "-p", "vision", "--", sys.executable, "-c", JOINING_SCRIPT,
+                        "ablations")  # fmt: skip
+    assert refused.returncode == 1
+    assert "Pass `--group ablations` to tbhub run" in refused.stderr
+
+
+# -- `tbhub upload` and `tbhub projects` ----------------------------------------------------
+
+
+def test_tbhub_upload_sets_hparams_and_tags_and_finish_marks_the_run(
+    hub: Hub, tmp_path: Path
+) -> None:
+    local = tmp_path / "offline-run"
+    write_run(local, steps=5, tags=1)
+    first = hub.tbhub("upload", str(local), "-p", "vision", "--hparam", "lr=0.1", "--tag",
+                      "offline", "--finish", "--json")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    assert result["status"] == "finished"
+    run = hub.run(result["run"])
+    assert (run["status"], run["hparams"], run["tags"]) == ("finished", {"lr": 0.1}, ["offline"])
+    again = hub.tbhub("upload", str(local), "-p", "vision", "--hparam", "seed=1", "--tag",
+                      "again", "--json")  # fmt: skip
+    assert json.loads(again.stdout)["run"] == result["run"], again.stderr
+    run = hub.run(result["run"])
+    assert (run["hparams"], sorted(run["tags"])) == ({"lr": 0.1, "seed": 1}, ["again", "offline"])
+    left = hub.tbhub("upload", str(local), "-p", "vision", "--name", "unfinished", "--run",
+                     str(hub.api(hub.write_token).post("/api/v1/projects/vision/runs",
+                         json={"name": "plain"}).json()["id"]), "--json")  # fmt: skip
+    assert json.loads(left.stdout)["status"] == "running"  # without --finish, as before
+
+
+def test_tbhub_upload_finish_marks_the_run_failed_when_the_upload_fails(
+    hub: Hub, tmp_path: Path
+) -> None:
+    local = tmp_path / "doomed"
+    write_run(local, steps=3, tags=1)
+    api = hub.api(hub.write_token)
+    run_id = api.post("/api/v1/projects/vision/runs", json={"name": "doomed"}).json()["id"]
+    api.delete(f"/api/v1/projects/vision/runs/{run_id}")  # the upload will be refused
+    done = hub.tbhub("upload", str(local), "-p", "vision", "--run", str(run_id), "--finish")
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith("error: ")
+    assert hub.run(run_id)["status"] == "failed"
+
+
+def test_tbhub_projects_list_shows_what_the_token_reaches(hub: Hub) -> None:
+    listed = hub.tbhub("projects", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (project,) = json.loads(listed.stdout)
+    assert (project["name"], project["role"]) == ("vision", "editor")
+    table = hub.tbhub("projects", "list")
+    assert "vision" in table.stdout and "editor" in table.stdout
+    assert f"{hub.server.base_url}/boards/vision/" in table.stdout
 
 
 def test_client_imports_and_registers_with_only_httpx_installed(

@@ -93,8 +93,12 @@ class RunPatch(BaseModel):
 
     status: RunStatus | None = None
     metrics: dict[MetricName, FiniteFloat] | None = Field(default=None, max_length=256)
+    hparams: dict[MetricName, HParamValue] | None = Field(
+        default=None, max_length=256, description="Merged into the run's hyperparameters"
+    )
     notes: Notes | None = None
     tags: list[Tag] | None = Field(default=None, max_length=32)
+    dataset_version: ShortText | None = None
 
 
 class RunOut(BaseModel):
@@ -260,7 +264,8 @@ def patch_run(
     context: ContextDep,
     session: SessionDep,
 ) -> RunOut:
-    """Set the status (how the run ended), merge summary metrics, replace notes or tags."""
+    """Set the status (how the run ended), merge summary metrics and hyperparameters,
+    replace notes, tags or the dataset version."""
     access = require_project(context.access, caller, project, Role.editor)
     run = get_run(session, project_id=access.project_id, run_id=run_id)
     update_run(
@@ -272,6 +277,8 @@ def patch_run(
         notes=body.notes,
         tags=body.tags,
         actor=caller.name,
+        hparams=body.hparams,
+        dataset_version=body.dataset_version,
     )
     return RunOut.of(run, project, context.settings)
 

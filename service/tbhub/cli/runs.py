@@ -24,6 +24,10 @@ app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
 ProjectOption = typer.Option(..., "--project", "-p", envvar="TBHUB_PROJECT",
                              help="The project.")  # fmt: skip
 FINAL_STATES = ("finished", "failed", "killed")
+# What `runs create`, `tbhub run` and `tbhub upload` share about a new run (parse_pairs
+# reads the hparams).
+HparamOption = typer.Option([], "--hparam", help="KEY=VALUE (repeat); JSON values parse.")
+TagOption = typer.Option([], "--tag", help="A tag (repeat).")
 # What `runs show` prints under the run's first line, when the run has it.
 DETAILS = ("logdir", "hparams", "metrics", "tags", "git_commit", "notes", "retention_state")
 
@@ -59,8 +63,8 @@ def create(
     project: str = ProjectOption,
     name: str = typer.Option(..., "--name", "-n", help="The run's name."),
     group: str | None = typer.Option(None, "--group", help="e.g. 'ablations/lr'."),
-    hparam: list[str] = typer.Option([], "--hparam", help="KEY=VALUE (repeat)."),
-    tag: list[str] = typer.Option([], "--tag", help="A tag (repeat)."),
+    hparam: list[str] = HparamOption,
+    tag: list[str] = TagOption,
     notes: str | None = typer.Option(None, "--notes", help="Free text about the run."),
     as_json: bool = JsonOption,
 ) -> None:

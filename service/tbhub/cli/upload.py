@@ -1,8 +1,11 @@
-"""`tbhub upload PATH --project P [--run R] [--watch]`: a local log directory into a run.
+"""`tbhub upload PATH --project P [--run R] [--watch] [--finish]`: a local log directory
+into a run.
 
 Without --run, the first upload of a directory registers a run named after it and remembers
 the run (in uploads.json beside the login file), so running the same command again after an
-interruption resumes that run instead of starting another.
+interruption resumes that run instead of starting another. --hparam and --tag go into the
+run (merged into one that exists); --finish marks it finished once everything is sent, and
+failed when the upload fails (an interruption leaves it running, to be resumed).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from tbhub.cli.common import JsonOption, emit_line, err_console, human_bytes
-from tbhub.cli.runs import ProjectOption
+from tbhub.cli.runs import HparamOption, ProjectOption, TagOption, parse_pairs
 from tbhub.cli.user import safe_run_name
 from tbhub.client import Client
 from tbhub.client.config import config_path
@@ -41,6 +44,13 @@ def upload(
         False, "--watch", help="Keep sending new data until interrupted (Ctrl-C)."
     ),
     interval: float = typer.Option(2.0, "--interval", min=0.1, max=3600, help="--watch period."),
+    hparam: list[str] = HparamOption,
+    tag: list[str] = TagOption,
+    finish: bool = typer.Option(
+        False,
+        "--finish",
+        help="Mark the run finished once everything is uploaded (failed if the upload fails).",
+    ),
     as_json: bool = JsonOption,
 ) -> None:
     """Upload event files (and the rest of the directory) into a run; safe to repeat: only
@@ -48,14 +58,18 @@ def upload(
     if not path.is_dir():
         raise InvalidInput(f"{path} is not a directory; give the run's local log directory")
     local = path.resolve()
+    hparams = parse_pairs(hparam, what="hparam")
     with Client() as client:
         run_id = run or remembered_run(client.config.url, project, local)
         if run_id is None:
-            created = client.create_run(project, name or safe_run_name(local.name))
+            created = client.create_run(project, name or safe_run_name(local.name),
+                                        hparams=hparams, tags=tag)  # fmt: skip
             run_id = int(created["id"])
             remember_run(client.config.url, project, local, run_id)
             err_console.print(f"registered run {run_id} in {project}", highlight=False)
-        info = client.get_run(project, run_id)
+            info = created
+        else:
+            info = describe_run(client, project, run_id, hparams, tag)
         try:
             report = send(client, str(info["upload_url"]), local, watch, interval, quiet=as_json)
         except KeyboardInterrupt:
@@ -63,16 +77,35 @@ def upload(
                 f"upload into run {run_id} interrupted; run the same command again to send "
                 "the rest (only what the server lacks is sent)"
             ) from None
-    result = {"project": project, "run": run_id, "files": report.files,
-              "bytes_sent": report.bytes_sent, "skipped": report.skipped}  # fmt: skip
+        except (TbhubError, OSError):
+            if finish:
+                client.update_run(project, run_id, status="failed")
+                err_console.print(f"run {run_id} marked failed", highlight=False)
+            raise
+        if finish:
+            info = client.update_run(project, run_id, status="finished")
+    result = {"project": project, "run": run_id, "status": info["status"],
+              "files": report.files, "bytes_sent": report.bytes_sent,
+              "skipped": report.skipped}  # fmt: skip
     skipped = (f"; skipped {len(report.skipped)} path(s) the server would refuse"
                if report.skipped else "")  # fmt: skip
     emit_line(result, f"run {run_id} of {project}: sent {human_bytes(report.bytes_sent)} in "
-              f"{report.files} file(s){skipped}", as_json=as_json)  # fmt: skip
+              f"{report.files} file(s){skipped}; {info['status']}", as_json=as_json)  # fmt: skip
 
 
 class Interrupted(TbhubError):
     code = "interrupted"
+
+
+def describe_run(client: Client, project: str, run_id: int, hparams: dict[str, Any],
+                 tags: list[str]) -> dict[str, Any]:  # fmt: skip
+    """The run an upload goes into, with these hyperparameters merged in and tags added."""
+    info = client.get_run(project, run_id)
+    if not hparams and not tags:
+        return info
+    added = list(dict.fromkeys([*info.get("tags", []), *tags]))
+    return client.update_run(project, run_id, hparams=hparams or None,
+                             tags=added if tags else None)  # fmt: skip
 
 
 def send(client: Client, upload_url: str, local: Path, watch: bool, interval: float,

@@ -14,11 +14,11 @@ from typing import Any
 import typer
 
 from tbhub.cli.common import JsonOption, emit_line, err_console
-from tbhub.cli.runs import ProjectOption, parse_pairs
+from tbhub.cli.runs import HparamOption, ProjectOption, TagOption, parse_pairs
 from tbhub.client import Client
 from tbhub.client.config import save_config
 from tbhub.client.environment import describe_launch, git_lineage
-from tbhub.client.run import start_uploader, writable_dir
+from tbhub.client.run import close_upload, start_uploader, writable_dir
 from tbhub.errors import InvalidInput
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -51,8 +51,8 @@ def run_command(
     project: str = ProjectOption,
     name: str | None = typer.Option(None, "--name", "-n", help="Default: the script's name."),
     group: str | None = typer.Option(None, "--group", help="The run's group, e.g. 'ablations/lr'."),
-    hparam: list[str] = typer.Option([], "--hparam", help="KEY=VALUE (repeat)."),
-    tag: list[str] = typer.Option([], "--tag", help="A tag (repeat)."),
+    hparam: list[str] = HparamOption,
+    tag: list[str] = TagOption,
     upload: bool | None = typer.Option(
         None, "--upload/--no-upload", help="Default: upload only when the storage is not shared."
     ),
@@ -76,8 +76,11 @@ def run_command(
         "killed" if signalled or returncode < 0 else "finished" if returncode == 0 else "failed"
     )
     try:
-        if uploader is not None:
-            uploader.close()
+        sent = uploader is None or close_upload(
+            uploader, Path(logdir), owned=True, project=project, run_id=int(run["id"])
+        )
+        if not sent and status == "finished":
+            status, returncode = "failed", 1  # the job ran, but its logs are not all there
         client.update_run(project, int(run["id"]), status=status)
     finally:
         client.close()

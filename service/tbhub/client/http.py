@@ -103,6 +103,11 @@ class Client:
     def project(self, project: str) -> dict[str, Any]:
         return self.json("GET", f"/api/v1/projects/{project}")
 
+    def list_projects(self) -> list[dict[str, Any]]:
+        """The projects this token (or login) reaches, with its role in each."""
+        projects: list[dict[str, Any]] = self.json("GET", "/api/v1/projects")
+        return projects
+
     def create_run(self, project: str, name: str, **fields: Any) -> dict[str, Any]:
         """Register a run; the answer has `id`, `logdir`, `upload_url` and `status`."""
         body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}

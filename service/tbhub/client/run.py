@@ -5,8 +5,9 @@
 - run.logdir is the run's directory on the shared storage when this machine can write there;
   otherwise a local directory that is uploaded in the background and flushed on exit.
 - On exit the status is set: finished, failed (an exception), killed (SIGTERM, Ctrl-C).
-- Inside `tbhub run -- ...` (TBHUB_RUN_ID set) it joins that run instead of registering one;
-  the wrapper uploads and sets the status.
+- Inside `tbhub run -- ...` (TBHUB_RUN_ID set) it joins that run instead of registering one,
+  merging its hyperparameters, tags, notes and dataset version into it; the wrapper uploads
+  and sets the status.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from tbhub.client.environment import describe_launch, git_lineage, global_rank
 from tbhub.client.http import ApiError, Client
+from tbhub.errors import InvalidInput, TbhubError
 
 
 def writable_dir(path: str) -> bool:
@@ -48,6 +50,24 @@ def start_uploader(client: Client, upload_url: str, local_dir: Path) -> Any:
     uploader = Uploader(client.http, upload_url, local_dir)
     uploader.start_background()
     return uploader
+
+
+def close_upload(uploader: Any, local_dir: Path, *, owned: bool, project: str,
+                 run_id: int) -> bool:  # fmt: skip
+    """Send what is left. Once the server holds everything, a local directory tbhub made is
+    removed; if the upload fails it is kept, and where it is and how to send the rest are
+    printed, so nothing is lost. Whether the upload completed."""
+    try:
+        uploader.close()
+    except (TbhubError, OSError) as exc:
+        reason = exc.message if isinstance(exc, TbhubError) else str(exc)
+        print(f"tbhub: the upload into run {run_id} did not complete ({reason}); the logs stay "
+              f"in {local_dir}: send the rest with `tbhub upload {local_dir} --project "
+              f"{project} --run {run_id} --finish`", file=sys.stderr)  # fmt: skip
+        return False
+    if owned:
+        shutil.rmtree(local_dir, ignore_errors=True)
+    return True
 
 
 class Run:
@@ -88,6 +108,7 @@ class Run:
         self.status: str | None = None
         self._manages_status = True
         self._uploader: Any = None
+        self._owns_logdir = False
         self._scratch: str | None = None
         self._terminated = False
         self._previous_handler: Any = None
@@ -101,7 +122,7 @@ class Run:
         client = self.client
         joined = os.environ.get("TBHUB_RUN_ID")
         if joined and os.environ.get("TBHUB_PROJECT", self.project) == self.project:
-            self.info = client.get_run(self.project, int(joined))
+            self.info = self._join(client, int(joined))
             self.logdir = os.environ.get("TBHUB_LOGDIR") or self.info["logdir"]
             self._manages_status = False
         else:
@@ -111,6 +132,29 @@ class Run:
         self.id = int(self.info["id"])
         self._install_sigterm()
         return self
+
+    def _join(self, client: Client, run_id: int) -> dict[str, Any]:
+        """The wrapper's run, with this Run's hyperparameters, tags, notes and dataset
+        version merged in. A group names the run's directory, so a different one is refused
+        before the job starts rather than dropped."""
+        info = client.get_run(self.project, run_id)
+        group = self._fields["group"]
+        if group and group != info.get("group"):
+            raise InvalidInput(
+                f"Run(group={group!r}) cannot join run {run_id} of {self.project}: `tbhub run` "
+                f"registered it in group {info.get('group') or 'none'!r}, and a group is part "
+                f"of the run's directory. Pass `--group {group}` to tbhub run instead"
+            )
+        tags = [*info.get("tags", []), *self._fields["tags"]]
+        changes = {
+            "hparams": self._fields["hparams"] or None,
+            "tags": list(dict.fromkeys(tags)) if self._fields["tags"] else None,
+            "notes": self._fields["notes"],
+            "dataset_version": self._fields["dataset_version"],
+        }
+        if any(value is not None for value in changes.values()):
+            info = client.update_run(self.project, run_id, **changes)
+        return info
 
     @property
     def client(self) -> Client:
@@ -124,6 +168,7 @@ class Run:
             return shared
         if self._upload is False:
             raise RuntimeError(f"{shared} is not writable from here and upload=False")
+        self._owns_logdir = self._local_dir is None
         local = Path(self._local_dir or tempfile.mkdtemp(prefix=f"tbhub-run-{self.info['id']}-"))
         local.mkdir(parents=True, exist_ok=True)
         self._uploader = start_uploader(self.client, str(self.info["upload_url"]), local)
@@ -183,8 +228,12 @@ class Run:
             if self._previous_handler is not None:
                 signal.signal(signal.SIGTERM, self._previous_handler)
             self.status = exit_status(exc_type, exc, self._terminated)
-            if self._uploader is not None:
-                self._uploader.close()  # the last bytes go up before the status says "done"
+            if self._uploader is not None:  # the last bytes go up before the status says "done"
+                assert self.id is not None
+                sent = close_upload(self._uploader, Path(self.logdir), owned=self._owns_logdir,
+                                    project=self.project, run_id=self.id)  # fmt: skip
+                if not sent and self.status == "finished":
+                    self.status = "failed"
             if self._manages_status and self.id is not None:
                 self._report_status(failing=exc_type is not None)
         finally:
