@@ -47,9 +47,12 @@ def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
     context = client.app.state.context  # type: ignore[attr-defined]
     assert bar.json() == {
         "project": "vision",
+        "kind": "project",
+        "title": "vision",
         "user": "bob",
         "shared": False,
         "home": settings.public_url.rstrip("/"),
+        "page": "/projects/vision",
         "csrf_token": context.csrf.token(client.cookies[SESSION_COOKIE]),
         "runs": 0,
         "logdir": str(settings.storage / "vision"),
@@ -60,6 +63,21 @@ def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 0
     add_run(factory, settings, files=2)
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 1
+
+
+def test_a_compare_boards_bar_names_it_and_links_to_the_compare_boards(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    add_run(factory, settings, files=1)
+    sign_in(client, "alice")
+    run_id = client.get("/api/v1/projects/vision/runs").json()["runs"][0]["id"]
+    made = client.post("/api/v1/compare", json={"runs": [f"vision/{run_id}"], "name": "lr sweep"})
+    assert made.status_code == 201, made.text
+    slug = made.json()["slug"]
+    bar = client.get(f"/api/v1/boards/{slug}/bar").json()
+    assert (bar["kind"], bar["title"], bar["page"]) == ("compare", "lr sweep", "/compare")
+    assert bar["project"] == slug and bar["logdir"] is None
 
 
 def test_outsiders_get_what_the_board_gate_gives_them(

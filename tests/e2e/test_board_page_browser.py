@@ -80,7 +80,7 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready(
     page.wait_for_selector("text=run-01", timeout=30_000)
 
 
-def test_a_board_page_loads_with_no_404_and_no_console_error(
+def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
     make_server: Callable[..., TbhubServer], browser: Browser
 ) -> None:
     """TensorBoard's page asks for its fonts at /font-roboto/ on the site root, whatever its
@@ -115,7 +115,11 @@ def test_a_board_page_loads_with_no_404_and_no_console_error(
             fonts
         )
         assert failed == [] and errors == [], (failed, errors)
-        # nginx replaces every font URL; tbhub's bar is still added once.
+        # nginx replaces every font URL; tbhub's bar is still added once, and the board's
+        # name in it leads back to the project's runs.
         assert page.locator('script[src="/static/board-bar.js"]').count() == 1
+        name = page.locator('#tbhub-bar a[data-tbhub="board-page"]')
+        assert name.inner_text() == "vision"
+        assert name.get_attribute("href") == f"{server.base_url}/projects/vision"
     finally:
         context.close()

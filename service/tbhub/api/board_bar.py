@@ -20,7 +20,7 @@ from tbhub.auth.compare_access import board_projects
 from tbhub.auth.csrf import binding_of
 from tbhub.boards import BoardRef
 from tbhub.deps import ContextDep, ProjectInPath, SessionDep
-from tbhub.models import CompareRun, RetentionState, Run, User
+from tbhub.models import CompareBoard, CompareRun, RetentionState, Run, User
 from tbhub.storage.paths import project_path
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])
@@ -48,9 +48,11 @@ def board_bar(
     request: Request, project: ProjectInPath, context: ContextDep, session: SessionDep
 ) -> dict[str, Any]:
     """For the board page's bar: `user` (the signed-in member; null for a token, then
-    `shared`), `home` (tbhub's own address), `csrf_token` (to sign out from the board page, on
-    tbhub's origin only), `runs` (runs with files) and, for members, `logdir` and
-    `run_command`."""
+    `shared`), `kind` (project or compare) and `title` (the project's name, or the compare
+    board's name, else its slug), `home` (tbhub's own address), `page` (for members: the
+    path of the board's page in tbhub, the project's runs or the compare boards),
+    `csrf_token` (to sign out from the board page, on tbhub's origin only), `runs` (runs with
+    files) and, for members, `logdir` and `run_command`."""
     board = readable_board(request, context, project)
     data = viewer_session(request, context, project)
     # A compare board's reader reads every project of its runs (the gate checked it).
@@ -64,11 +66,15 @@ def board_bar(
     # Where to write runs: a project's own directory; a compare board has none.
     writer = user is not None and board.kind == "project"
     binding = binding_of(request, context.cookies) if user is not None else None
+    compare = session.get(CompareBoard, board.id) if board.kind == "compare" else None
     return {
         "project": project,
+        "kind": board.kind,
+        "title": (compare.name or project) if compare is not None else project,
         "user": user.name if user is not None else None,
         "shared": user is None,
         "home": context.settings.public_url.rstrip("/"),
+        "page": None if user is None else "/compare" if compare else f"/projects/{project}",
         "csrf_token": context.csrf.token(binding) if binding else None,
         "runs": runs_with_files(session, board),
         "logdir": str(project_path(context.settings.storage, project)) if writer else None,

@@ -37,6 +37,7 @@ def _show(
     values = {
         "project": project,
         "tab": "members",
+        "is_owner": True,  # only owners get here
         "members": list_members(session, project=project),
         "teams": teams.project_teams(session, project=project),
         "roles": [r.value for r in Role],

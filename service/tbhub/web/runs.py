@@ -160,6 +160,7 @@ def project_page(
     values = {
         "project": project,
         "role": access.role,
+        "is_owner": access.role == Role.owner,
         "can_edit": access.role.rank >= Role.editor.rank,
         "board": _board(session, access),
         "runs": [
@@ -206,6 +207,7 @@ def run_page(
         "run": run,
         "state": run_state(run, now=now, stalled_after=stalled_after),
         "pinned": session.scalar(pin) is not None,
+        "is_owner": access.role == Role.owner,
         "can_edit": access.role.rank >= Role.editor.rank,
         "history": run_history(session, run=run),
         "files": files,

@@ -38,6 +38,7 @@ def _show(
     values = {
         "project": project,
         "tab": "share",
+        "is_owner": True,  # only owners get here
         "links": [
             {**share_links.describe(k), "row": k}
             for k in share_links.list_links(session, project=project)

@@ -1,7 +1,7 @@
 // tbhub's bar on a board page, added by nginx like heartbeat.js (nginx/tbhub.conf.j2): the
-// project's name, the way back to tbhub's projects and sign-out, as JupyterHub's control
-// panel sits on a user's server. A share link's guest sees "shared view", no way into tbhub's
-// pages and no sign-out.
+// board's name (a link to its page in tbhub), the way back to tbhub's projects and sign-out,
+// as JupyterHub's control panel sits on a user's server. A share link's guest sees "shared
+// view", no way into tbhub's pages and no sign-out.
 // A project without runs gets a panel saying where to write them, instead of TensorBoard's
 // "no dashboards" text; it reloads the page once the first run has files.
 // Everything is built with textContent: no name ever goes through innerHTML.
@@ -53,10 +53,15 @@
       : [el("span", { class: "tbhub-bar-user" }, [info.user]), signOut(info)];
     var parts = [el("span", { class: "tbhub-bar-brand" }, ["tbhub"])];
     if (!info.shared) parts.push(el("a", { href: info.home + "/" }, ["\u2190 Projects"]));
+    // The board's name; for members, a link to its page in tbhub (the project's runs, or
+    // the compare boards). A compare board is named by its own name, not its slug.
+    var title = el("strong", {}, [info.title || info.project]);
     parts.push(
       el("span", { class: "tbhub-bar-project" }, [
-        el("span", { class: "tbhub-bar-label" }, ["Project "]),
-        el("strong", {}, [info.project]),
+        el("span", { class: "tbhub-bar-label" },
+           [info.kind === "compare" ? "Compare " : "Project "]),
+        info.page ? el("a", { href: info.home + info.page, "data-tbhub": "board-page" }, [title])
+                  : title,
       ]),
       el("span", { class: "tbhub-bar-who" }, who)
     );
