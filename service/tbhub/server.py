@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +22,7 @@ from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
 from tbhub.replica import Replica, board_location
 from tbhub.settings import Settings, prepare_runtime
+from tbhub.shared_settings import record as record_settings
 from tbhub.storage.scalars import load_reader
 from tbhub.supervisor.backends.select import boards_place
 from tbhub.supervisor.board_process import raise_open_file_limit
@@ -75,6 +77,8 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     prepare_runtime(settings)
     lock = lock or hold_data_dir_lock(settings.data_dir)
     upgrade(settings.db_url)
+    # What CLI commands on this data dir take and compare (shared_settings.py).
+    log.info("settings recorded in %s", record_settings(settings, now=time.time()))
     raise_open_file_limit()
 
     context = build_context(settings)

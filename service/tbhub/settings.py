@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import ByteSize, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    ByteSize,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,7 +28,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tbhub.errors import ConfigError, InvalidInput
+from tbhub.errors import ConfigError, InvalidInput, NoInstance
+from tbhub.jobs.targets import remote_match
 from tbhub.storage.fstype import is_network_filesystem
 
 # Secrets that appear in docs and examples; a deployment using one is not protected.
@@ -304,7 +313,7 @@ class Settings(BaseSettings):
     backup_target: str | None = Field(
         default=None,
         description="Where rsync snapshots go: a local path or user@host:path (over ssh). "
-        "Unset: no backups.",
+        "Unset: no backups. A relative path is taken from the directory tbhub starts in.",
     )
     backup_interval_hours: float | None = Field(
         default=24.0,
@@ -414,6 +423,21 @@ class Settings(BaseSettings):
         "is shown as stalled.",
     )
 
+    # The fields a source gave (a flag, TBHUB_* variable or tbhub.toml), before defaults are
+    # derived: what a CLI command sets itself, as opposed to what it may take from the server.
+    _given: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_given(cls, data: Any, handler: ModelWrapValidatorHandler[Settings]) -> Settings:
+        made = handler(data)
+        made._given = frozenset(data) if isinstance(data, Mapping) else frozenset()
+        return made
+
+    @property
+    def given(self) -> frozenset[str]:
+        return self._given
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -521,6 +545,10 @@ class Settings(BaseSettings):
         self.board_state_dir = self.board_state_dir.expanduser().absolute()
         if self.database_url is None:
             self.database_url = f"sqlite:///{self.data_dir / 'tbhub.sqlite3'}"
+        # Absolute where it is read, so the server and a CLI command started elsewhere both
+        # show, record and compare the same path.
+        if self.backup_target and not remote_match(self.backup_target):
+            self.backup_target = str(Path(self.backup_target).expanduser().absolute())
         return self
 
     # Typed accessors: the validator above guarantees both are set.
@@ -597,9 +625,47 @@ def load_settings(*, flags: Mapping[str, str] | None = None, **overrides: Any) -
         raise ConfigError(f"invalid configuration: {problems}") from None
 
 
-def prepare_runtime(settings: Settings) -> Settings:
-    """Create the data dir, refuse SQLite on network storage, and fill in the secret key."""
+def data_dir_origin(settings: Settings) -> str:
+    """Where the data dir came from, for a message that says where tbhub looked."""
+    config = _config_file().absolute()
+    if "data_dir" not in settings.given:
+        has = "sets no data_dir" if config.is_file() else "does not exist"
+        return (f"the default ./tbhub-data of the current directory, as TBHUB_DATA_DIR is not "
+                f"set and {config} {has}")  # fmt: skip
+    if any(key.upper() == "TBHUB_DATA_DIR" for key in os.environ):
+        return "TBHUB_DATA_DIR"
+    return f"data_dir in {config}"
+
+
+def find_instance(settings: Settings) -> Settings:
+    """The instance a command acts on, where `tbhub serve` with the same settings runs: its
+    database must exist. A server database (PostgreSQL) is named by its URL; a SQLite one is
+    a file, which only `tbhub serve`, `tbhub demo` and `tbhub db upgrade` create: made by
+    any other command started in the wrong directory, it would be a second, empty instance."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.db_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return settings
+    database = Path(url.database).absolute()
+    if database.is_file():
+        return settings
+    raise NoInstance(
+        f"no tbhub instance here: its database {database} does not exist (the data dir "
+        f"{settings.data_dir} comes from {data_dir_origin(settings)}); nothing was created. "
+        "Run the command in the directory `tbhub serve` runs in, or set TBHUB_DATA_DIR to "
+        "the server's data dir (or TBHUB_CONFIG to its tbhub.toml, or TBHUB_DATABASE_URL "
+        "to its database)"
+    )
+
+
+def prepare_runtime(settings: Settings, *, create: bool = True) -> Settings:
+    """Create the data dir, refuse SQLite on network storage, and fill in the secret key.
+    With `create` false (a command acting on an instance that exists) nothing is created:
+    the secret key is read when the data dir has one."""
     for name, path in (("data dir", settings.data_dir), ("storage root", settings.storage)):
+        if not create:
+            break
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -608,14 +674,16 @@ def prepare_runtime(settings: Settings) -> Settings:
                 f"cannot create the {name} {path}: {exc.strerror}; point TBHUB_{setting} "
                 "(or the command's flag) at a directory tbhub may write"
             ) from None
-    if settings.db_url.startswith("sqlite") and is_network_filesystem(settings.data_dir):
+    if (settings.db_url.startswith("sqlite") and settings.data_dir.is_dir()
+            and is_network_filesystem(settings.data_dir)):  # fmt: skip
         raise ConfigError(
             f"the data dir {settings.data_dir} is on a network filesystem, where SQLite "
             "corrupts under concurrent access; set TBHUB_DATA_DIR to a local disk or "
             "TBHUB_DATABASE_URL to PostgreSQL"
         )
-    if settings.secret_key is None:
-        settings.secret_key = SecretStr(_read_or_create_secret(settings.data_dir / "secret_key"))
+    secret = settings.data_dir / "secret_key"
+    if settings.secret_key is None and (create or secret.is_file()):
+        settings.secret_key = SecretStr(_read_or_create_secret(secret))
     return settings
 
 

@@ -43,3 +43,20 @@ def test_serve_backs_up_soon_after_storage_changes_and_reports_it(
     assert age is not None and 0 <= age < 60
     original = next((project / "run-00").glob("events.out.tfevents.*"))
     assert copied[0].read_bytes() == original.read_bytes()  # type: ignore[attr-defined]
+
+
+def test_a_backup_the_cli_would_take_to_a_target_the_server_does_not_know_is_refused(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()  # runs without a backup target
+    server.add_project("vision")
+    server.start()
+    target = server.data_dir.parent / "cli-only-backups"
+    server.env["TBHUB_BACKUP_TARGET"] = str(target)  # for the CLI only, as an operator's shell
+    refused = server.cli("admin", "backup", "run", check=False)
+    assert refused.returncode == 1
+    assert (f"TBHUB_BACKUP_TARGET is '{target}' here but unset for the server"
+            in refused.stderr), refused.stderr  # fmt: skip
+    assert not target.exists()
+    metrics = server.client().get("/metrics").text.splitlines()
+    assert not [line for line in metrics if line.startswith("tbhub_backup_last_run_success ")]

@@ -344,3 +344,19 @@ def test_backup_list_says_how_the_last_run_ended(
     assert listed.exit_code == 0
     assert f"last run: complete, to {target}, finished " in listed.stdout, listed.stdout
     assert f"snapshot {name}, 4 files written" in listed.stdout, listed.stdout
+
+
+def test_restoring_a_run_by_a_path_it_does_not_have_suggests_the_run_paths_that_look_like_it(
+    factory: sessionmaker[Session],
+    jobs_settings: Settings,
+    project: str,
+    target: Path,
+    cli_env: dict[str, str],
+) -> None:
+    fill_storage(jobs_settings, runs=2)
+    backup.run_backup(factory, jobs_settings, actor="t")
+    result = runner.invoke(app, ["admin", "backup", "restore", "--project", "vision",
+                                 "--run", "run-1"])  # fmt: skip
+    assert result.exit_code == 1
+    assert "has no run vision/run-1; runs with similar names: g/run-1" in result.stderr
+    assert not (jobs_settings.storage / "vision/run-1").exists()

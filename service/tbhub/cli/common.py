@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.db import alembic_config, make_engine, make_session_factory, transaction
 from tbhub.errors import ConfigError, TbhubError
-from tbhub.settings import Settings, load_settings, prepare_runtime
+from tbhub.settings import Settings, find_instance, load_settings, prepare_runtime
 from tbhub.timestamps import EXAMPLE, json_default
 from tbhub.values import format_value as format_value  # the one formatter of values
 
@@ -81,7 +81,21 @@ def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 def runtime_settings() -> Settings:
-    return prepare_runtime(load_settings())
+    """The settings of the instance a command acts on, found as `tbhub serve` finds it
+    (TBHUB_* variables, then tbhub.toml) and agreeing with those the server records
+    (shared_settings.py). Creates nothing: with no instance there, an error says where it
+    looked and what to set."""
+    from tbhub.shared_settings import agree_with_server
+
+    return prepare_runtime(find_instance(agree_with_server(load_settings())), create=False)
+
+
+def setup_settings() -> Settings:
+    """The settings of `tbhub db upgrade`, which may make a new instance (data dir and
+    database), as `tbhub serve` does."""
+    from tbhub.shared_settings import agree_with_server
+
+    return prepare_runtime(agree_with_server(load_settings()))
 
 
 def check_schema(engine: Engine, url: str) -> None:
@@ -91,7 +105,8 @@ def check_schema(engine: Engine, url: str) -> None:
     if current != head:
         raise ConfigError(
             f"the database schema is at {current or 'nothing'} but tbhub needs {head}; "
-            "run `tbhub db upgrade` first"
+            "run `tbhub db upgrade` first, with these same settings (it upgrades this "
+            f"database, {engine.url.render_as_string(hide_password=True)})"
         )
 
 

@@ -24,6 +24,7 @@ from tbhub.cli.common import (
     out_console,
     print_error,
     runtime_settings,
+    setup_settings,
 )
 from tbhub.cli.serve_options import (
     DataDirOption,
@@ -108,10 +109,17 @@ def serve(
 @handle_errors
 def db_upgrade() -> None:
     """Apply every pending migration."""
+    from sqlalchemy.engine import make_url
+
     from tbhub.db import upgrade
 
-    settings = runtime_settings()
+    settings = setup_settings()
+    url = make_url(settings.db_url)
+    new = url.get_backend_name() == "sqlite" and not Path(url.database or "").is_file()
     upgrade(settings.db_url)
+    if new:  # said, so that one made in the wrong directory does not go unnoticed
+        out_console.print(f"created a new instance: database {url.database} in the data dir "
+                          f"{settings.data_dir}", highlight=False)  # fmt: skip
     out_console.print("database schema is up to date")
 
 

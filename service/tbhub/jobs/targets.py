@@ -19,6 +19,11 @@ UNREACHABLE_CODES = frozenset({5, 10, 12, 30, 35, 255})
 REMOTE = re.compile(r"^(?P<host>(?:[^@/:]+@)?[^/:]+):(?P<path>.+)$")
 
 
+def remote_match(spec: str) -> re.Match[str] | None:
+    """The host and path of a `user@host:path` target; None for a local path."""
+    return None if spec.startswith(("/", "./")) else REMOTE.match(spec)
+
+
 class TargetUnreachable(BackupFailed):
     code = "backup_target_unreachable"
 
@@ -32,8 +37,8 @@ class Target:
 
     @classmethod
     def parse(cls, spec: str, ssh_command: str) -> Target:
-        match = REMOTE.match(spec)
-        if match and not spec.startswith(("/", "./")):
+        match = remote_match(spec)
+        if match:
             return cls(spec, match["host"], match["path"].rstrip("/") or "/", ssh_command)
         if not spec:
             raise ConfigError("TBHUB_BACKUP_TARGET is empty; set a path or user@host:path")
@@ -111,6 +116,17 @@ class Target:
         )
         out = self.sh(script, self.root, relative, *snapshots)
         return [n for n in out.decode(errors="surrogateescape").split("\0") if n]
+
+    def run_dirs(self, snapshot: str, project: str) -> list[str]:
+        """The directories holding event files in a project of a snapshot, relative to the
+        project (its runs, as a run path names them)."""
+        script = (
+            'cd -- "$1/$2/$3" 2>/dev/null || exit 0; '
+            "find . -type f -name 'events.out.tfevents.*' -printf '%h\\0'"
+        )
+        out = self.sh(script, self.root, snapshot, project)
+        dirs = {d.removeprefix("./") for d in out.decode(errors="surrogateescape").split("\0")}
+        return sorted(d for d in dirs if d and d != ".")
 
     def entries(self, timeout: float = 3600) -> list[str]:
         """The names in the snapshot directory (none while it does not exist yet)."""
