@@ -3,7 +3,6 @@ and the signed-in user."""
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -13,6 +12,7 @@ from fastapi.security import APIKeyCookie, HTTPBearer
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub import proxy_hop
 from tbhub.auth.board_origin import BoardOrigins
 from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
 from tbhub.auth.compare_access import CompareCache
@@ -81,15 +81,10 @@ class AppContext:
 
 
 def client_address(request: Request) -> str:
-    """The browser's address: nginx (on loopback) sets X-Forwarded-For to $remote_addr,
-    overwriting whatever the client sent; from anywhere else the peer itself."""
-    peer = request.client.host if request.client else ""
-    forwarded = request.headers.get("x-forwarded-for", "")
-    try:
-        from_loopback = ipaddress.ip_address(peer).is_loopback
-    except ValueError:
-        from_loopback = False
-    return forwarded.strip()[:64] if from_loopback and forwarded else peer
+    """The browser's address: X-Forwarded-For only from tbhub's own nginx (proxy_hop.py)."""
+    secret = get_context(request).settings.secret_key
+    assert secret is not None
+    return proxy_hop.client_address(request, secret.get_secret_value())
 
 
 def get_context(request: Request) -> AppContext:

@@ -16,8 +16,10 @@ from pathlib import Path
 import jinja2
 
 from tbhub.api.board_gate import AUTH_CACHE_SECONDS, BOARD_PATH_REGEX, UNSAFE_BOARD_PATH_REGEX
+from tbhub.auth.caller import URL_TOKEN_PARAMS
 from tbhub.errors import ConfigError
 from tbhub.processes import ProcessRef, stop_group
+from tbhub.proxy_hop import HOP_HEADER, hop_key
 from tbhub.resources import nginx_template
 from tbhub.security_headers import BOARD_CSP
 from tbhub.security_headers import COMMON as COMMON_HEADERS
@@ -54,6 +56,15 @@ def worker_user(data_dir: Path) -> str | None:
     return f"{pwd.getpwuid(stat.st_uid).pw_name} {grp.getgrgid(stat.st_gid).gr_name}"
 
 
+# A query parameter that may carry a token (case-insensitive; after `?`, `&` or `;`): a name
+# tbhub refuses tokens in, a value that looks like one (`tbh_`), or anything percent-encoded
+# that could decode to either. nginx logs such a query string as "[redacted]".
+URL_TOKEN_REGEX = (
+    r"(?:^|[?&;])(?:(?:" + "|".join(sorted(URL_TOKEN_PARAMS)) + r")(?:=|[&;]|$)"
+    r"|[^&;=]*%[^&;=]*=|[^&;=]*=(?:tbh_|%))"
+)
+
+
 def nginx_quote(text: str) -> str:
     """Escape text for a double-quoted nginx string (which turns \\\\ into \\ and \\" into ")."""
     return text.replace("\\", "\\\\").replace('"', '\\"')
@@ -65,6 +76,7 @@ def render_config(settings: Settings) -> str:
     environment.filters["nginx_quote"] = nginx_quote
     template = environment.from_string(template_text)
     base = nginx_dir(settings)
+    assert settings.secret_key is not None, "call settings.prepare_runtime first"
     return template.render(
         # One worker: nginx only proxies, far faster than any board it fronts, and more
         # workers compete with the boards for the host's cores (bench/warm_throughput.py).
@@ -85,6 +97,9 @@ def render_config(settings: Settings) -> str:
         unsafe_board_path_regex=UNSAFE_BOARD_PATH_REGEX,
         upload_max_body=settings.upload_max_chunk_bytes,
         trusted_proxies=settings.trusted_proxies,
+        url_token_regex=URL_TOKEN_REGEX,
+        hop_header=HOP_HEADER,
+        hop_key=hop_key(settings.secret_key.get_secret_value()),
     )
 
 
@@ -94,6 +109,8 @@ def write_config(settings: Settings) -> Path:
         (base / sub).mkdir(parents=True, exist_ok=True)
     path = config_path(settings)
     tmp = path.with_suffix(".tmp")
+    tmp.touch(mode=0o600)  # it holds the key nginx proves its hop with (proxy_hop.py)
+    tmp.chmod(0o600)
     tmp.write_text(render_config(settings))
     os.replace(tmp, path)
     return path
