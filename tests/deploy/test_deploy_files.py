@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
+import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -18,6 +22,16 @@ from tests.e2e.harness import TBHUB, free_port
 REPO = DEPLOY.parent
 UNIT = DEPLOY / "systemd" / "tbhub@.service"
 INSTALLED_TBHUB = "/opt/tbhub/venv/bin/tbhub"
+# The blanks of .env.example: the secrets an operator fills in (the file's header says so).
+OPERATOR_SECRETS = ["TBHUB_SECRET_KEY", "POSTGRES_PASSWORD"]
+VARIABLE = re.compile(r"\$\{(?P<name>[A-Z_][A-Z0-9_]*)(?:(?P<op>:-|:\?)(?P<rest>[^}]*))?\}")
+# Where Docker numbers networks it is not given a subnet for (libnetwork's local-scope
+# defaults): a pinned subnet inside one can be taken first by another network.
+DOCKER_DEFAULT_POOLS = [ipaddress.ip_network("172.17.0.0/16"),
+                        ipaddress.ip_network("172.18.0.0/15"),
+                        ipaddress.ip_network("172.20.0.0/14"),
+                        ipaddress.ip_network("172.24.0.0/13"),
+                        ipaddress.ip_network("192.168.0.0/16")]  # fmt: skip
 
 
 def env_file(path: Path) -> dict[str, str]:
@@ -81,6 +95,8 @@ def test_the_compose_file_with_the_example_env_gives_tbhub_valid_settings(
     example = env_file(REPO / ".env.example")
     used = (REPO / "docker-compose.yml").read_text()
     assert [key for key in example if f"${{{key}" not in used] == ["COMPOSE_PROJECT_NAME"]
+    # A copy as the file's header says to make it: the two secrets filled in, nothing else.
+    assert [key for key, value in example.items() if not value] == OPERATOR_SECRETS
     filled = tmp_path / "filled.env"
     filled.write_text("".join(f"{k}={v or secrets.token_hex(32)}\n" for k, v in example.items()))
     result = subprocess.run(
@@ -94,4 +110,49 @@ def test_the_compose_file_with_the_example_env_gives_tbhub_valid_settings(
     for key, value in environment.items():
         monkeypatch.setenv(key, str(value))
     settings = load_settings()  # raises ConfigError naming any value its setting refuses
-    assert settings.board_backend == "docker" and settings.oidc_enabled
+    assert settings.board_backend == "docker" and settings.local_login
+    assert not settings.oidc_enabled  # shipped off: its lines are there, commented out
+    assert "# TBHUB_OIDC_CLIENT_SECRET=" in (REPO / ".env.example").read_text()
+
+
+def substituted(text: str, values: dict[str, str]) -> str:
+    """docker-compose's ${VAR}, ${VAR:-default} and ${VAR:?message} with `values`."""
+
+    def one(match: re.Match[str]) -> str:
+        name, op, rest = match["name"], match["op"], match["rest"]
+        if values.get(name):
+            return values[name]
+        assert op != ":?", f"{name} must be set: {rest}"
+        return rest if op == ":-" else ""
+
+    return VARIABLE.sub(one, text)
+
+
+@pytest.mark.parametrize("env", ["defaults", ".env.example"])
+def test_every_network_of_the_compose_stack_has_a_subnet_of_its_own_outside_dockers_pools(
+    env: str,
+) -> None:
+    values = env_file(REPO / ".env.example") if env == ".env.example" else {}
+    values |= {"TBHUB_SECRET_KEY": "s", "POSTGRES_PASSWORD": "p"}
+    values |= {k: "x" for k in ("TBHUB_PUBLIC_URL", "TBHUB_STORAGE_PATH", "TBHUB_TLS_DIR")}
+    stack = yaml.safe_load(substituted((REPO / "docker-compose.yml").read_text(), values))
+    subnets = {}
+    for name, network in stack["networks"].items():
+        [config] = (network or {}).get("ipam", {}).get("config", [{}])
+        assert "subnet" in config, f"network {name} has no pinned subnet"
+        subnets[name] = ipaddress.ip_network(config["subnet"])
+    assert set(subnets) == {n for s in stack["services"].values() for n in s["networks"]}
+    for (a, net_a), (b, net_b) in itertools.combinations(subnets.items(), 2):
+        assert not net_a.overlaps(net_b), f"{a} {net_a} overlaps {b} {net_b}"
+    for name, net in subnets.items():
+        clash = [pool for pool in DOCKER_DEFAULT_POOLS if net.overlaps(pool)]
+        assert clash == [], f"{name} {net} lies in Docker's default pool {clash}"
+    trusted = stack["services"]["tbhub"]["environment"]["TBHUB_TRUSTED_PROXIES"]
+    assert json.loads(trusted) == [str(subnets["front"])]
+
+
+def test_every_piped_docker_compose_exec_has_no_terminal() -> None:
+    for path in (REPO / "docker-compose.yml", REPO / "docs" / "deployment.md", REPO / "README.md"):
+        for line in path.read_text().splitlines():
+            if "docker-compose exec" in line:
+                assert "exec -T " in line, f"{path.name}: {line.strip()}"

@@ -1,8 +1,8 @@
 """docker-compose.yml, brought up with Debian's docker-compose on images built here: a
 sign-in through its nginx over TLS, a board that runs as a container, and `down -v`.
 
-The stack gets a project name, installation id, board network and front subnet of its
-own, so nothing of anyone else's is touched; whatever happens, it is taken down and every
+The stack gets a project name, installation id, board network and subnets of its own, so
+nothing of anyone else's is touched; whatever happens, it is taken down and every
 container labelled with its installation removed. The images are a build cache named by
 digests of their inputs (like the board image), shared by every run on this machine, so
 they stay.
@@ -50,18 +50,31 @@ def stack_images(docker_client: Any, board_image: str) -> dict[str, str]:
     }
 
 
-def free_front_subnet(client: Any) -> str:
-    """A /28 in 172.31.250.0/24 that no network on this daemon overlaps."""
+# The stack's networks and the size of each; picked, like the defaults, in 172.16.0.0/16,
+# which Docker's default address pools leave out.
+SUBNET_SIZES = {"TBHUB_FRONT_SUBNET": 28, "TBHUB_BACKEND_SUBNET": 28, "TBHUB_BOARD_SUBNET": 24}
+
+
+def free_subnets(client: Any) -> dict[str, str]:
+    """A subnet for each of the stack's networks that no network on this daemon overlaps."""
     taken = [
         ipaddress.ip_network(config["Subnet"])
         for network in client.api.networks()
         for config in ((network.get("IPAM") or {}).get("Config") or [])
         if config.get("Subnet")
     ]
-    for subnet in ipaddress.ip_network("172.31.250.0/24").subnets(new_prefix=28):
-        if not any(subnet.overlaps(other) for other in taken):
-            return str(subnet)
-    pytest.fail("no free /28 in 172.31.250.0/24 for the stack's front network")
+    chosen = {}
+    for variable, prefix in SUBNET_SIZES.items():
+        subnet = next(
+            (s for s in ipaddress.ip_network("172.16.0.0/16").subnets(new_prefix=prefix)
+             if not any(s.overlaps(other) for other in taken)),
+            None,
+        )  # fmt: skip
+        if subnet is None:
+            pytest.fail(f"no free /{prefix} in 172.16.0.0/16 for {variable}")
+        taken.append(subnet)
+        chosen[variable] = str(subnet)
+    return chosen
 
 
 @dataclass
@@ -110,7 +123,7 @@ def stack(docker_client: Any, stack_images: dict[str, str], tmp_path: Path) -> I
         "TBHUB_STORAGE_PATH": str(storage),
         "TBHUB_INSTALLATION_ID": f"test-{name}",
         "TBHUB_BOARD_NETWORK": f"{name}-boards",
-        "TBHUB_FRONT_SUBNET": free_front_subnet(docker_client),
+        **free_subnets(docker_client),
         **stack_images,
     }
     env_file = tmp_path / "stack.env"
