@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from tbhub import users
 from tbhub.auth.caller import require_admin as require_admin_caller
@@ -42,14 +42,14 @@ class NewUser(BaseModel):
 
     name: str = Field(min_length=1, max_length=USER_NAME_MAX)
     password: str = Field(min_length=1, max_length=PASSWORD_MAX)
-    is_admin: bool = False
+    is_admin: StrictBool = False  # true or false only: never "yes" or 1
 
 
 class UserPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    disabled: bool | None = None
-    is_admin: bool | None = None
+    disabled: StrictBool | None = None
+    is_admin: StrictBool | None = None
 
 
 class PasswordChange(BaseModel):
