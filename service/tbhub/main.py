@@ -24,6 +24,7 @@ from tbhub.api import (
     health,
     members,
     metrics,
+    pip,
     projects,
     retention,
     runs,
@@ -157,6 +158,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(tokens.router)
     app.include_router(uploads.router)
+    app.include_router(pip.router)
     app.include_router(board_gate.router)
     app.include_router(board_bar.router)
     app.include_router(retention.router)

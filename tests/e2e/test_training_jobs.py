@@ -303,3 +303,43 @@ def test_client_imports_and_registers_with_only_httpx_installed(
     assert run["name"] == "bare"
     notes = hub.server.storage / "vision" / str(run["path"]) / "notes.txt"
     assert notes.read_text() == "uploaded with only httpx"
+
+
+def test_client_and_job_commands_install_with_only_pip_from_tbhub_itself(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The README's one line, on a machine with only pip and no other index: tbhub serves
+    the tbhub-client wheel and every wheel it needs at /pip/."""
+    venv = tmp_path_factory.mktemp("pip-only-venv")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in hub.env().items() if k != "PYTHONPATH"}
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--disable-pip-version-check", "--no-index",
+         "--find-links", f"{hub.server.base_url}/pip/", "tbhub-client"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    tbhub = str(venv / "bin" / "tbhub")
+    listed = subprocess.run([tbhub, "projects", "list", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert [p["name"] for p in json.loads(listed.stdout)] == ["vision"]
+    job = textwrap.dedent("""
+        import os, sys
+        import tbhub
+        from tbhub.client import Run
+        with Run("vision") as run, open(os.path.join(run.logdir, "notes.txt"), "w") as out:
+            out.write("from a pip-only machine")
+        heavy = {"fastapi", "sqlalchemy", "tensorboard", "alembic"} & set(sys.modules)
+        print(run.id, tbhub.__file__, sorted(heavy))
+    """)
+    done = subprocess.run([tbhub, "run", "-p", "vision", "--upload", "--",
+                           str(venv / "bin" / "python"), "-c", job],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run_id, module, heavy = done.stdout.split(maxsplit=2)
+    assert module.startswith(str(venv)) and heavy.strip() == "[]"
+    run = hub.run(int(run_id))
+    assert run["status"] == "finished"
+    notes = hub.server.storage / "vision" / str(run["path"]) / "notes.txt"
+    assert notes.read_text() == "from a pip-only machine"
