@@ -20,6 +20,7 @@ from tbhub.leader_lock import LeaderLock, key_fingerprint, replica_name
 from tbhub.locks import LockHeld, hold_lock
 from tbhub.main import build_context, create_app
 from tbhub.nginx import NginxMaster
+from tbhub.public_url import startup_warning
 from tbhub.replica import Replica, board_location
 from tbhub.settings import Settings, prepare_runtime
 from tbhub.shared_settings import record as record_settings
@@ -92,6 +93,8 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
             nginx.start()
             log.info("nginx listens on http://%s", settings.http_address)
         log.info("open %s", settings.public_url)
+        if (warning := startup_warning(settings)) is not None:
+            log.warning("%s", warning)
         # What start-up made (modules, settings, the app) lives as long as the process: out
         # of the collector's sight, a full collection does not walk it during some request
         # (pauses of 200+ ms on a busy 2-core host: the pages' p99, bench/ui_pages.py).

@@ -532,6 +532,7 @@ class Settings(BaseSettings):
         if "public_url" not in self.model_fields_set:
             host = "127.0.0.1" if self.http_host in WILDCARD_HOSTS else self.http_host
             self.public_url = f"http://{bracketed(host)}:{self.http_port}"
+            self.model_fields_set.discard("public_url")  # derived, still not given
         return self
 
     @model_validator(mode="after")

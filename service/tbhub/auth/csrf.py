@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tbhub.auth.sessions import CookieNames, read_cookie, read_session_cookie
 from tbhub.errors import AmbiguousSession, Forbidden
 from tbhub.http_errors import error_response
+from tbhub.public_url import MismatchLog, origin_hint
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -100,6 +101,7 @@ class CsrfGuard:
 
     def __init__(self, app: ASGIApp, *, public_url: str) -> None:
         self.app, self.public_url = app, public_url
+        self.mismatches = MismatchLog()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS:
@@ -107,6 +109,10 @@ class CsrfGuard:
             reason = cross_site_reason(request, self.public_url)
             if reason is not None:
                 problem = f"refused: {reason}; submit it from tbhub's own pages"
+                hint = origin_hint(request, self.public_url)
+                if hint is not None:  # perhaps no attack: a public URL that is not this site
+                    problem = f"{problem}; {hint}"
+                    self.mismatches.note(request, self.public_url)
                 response = error_response(request, 403, CsrfFailed.code, problem)
                 await response(scope, receive, send)
                 return
