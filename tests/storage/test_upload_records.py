@@ -17,7 +17,7 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tbhub.errors import NameTooLong, OffsetMismatch
+from tbhub.errors import NameTooLong, OffsetMismatch, UnsafePath
 from tbhub.storage.uploads import append_chunk, file_state, list_files
 from tbhub.tfrecord import chunk_ends, framed
 from tbhub.upload_protocol import MAX_NAME_BYTES, check_upload_path, hidden_name
@@ -213,3 +213,15 @@ def test_racing_uploads_of_one_event_file_keep_it_whole(
         thread.join()
     assert errors == []
     assert (run_dir / EVENTS).read_bytes() == event_file
+
+
+def test_a_tail_name_that_is_not_a_plain_file_is_never_read_or_written(
+    run_fd: int, run_dir: Path
+) -> None:
+    first = framed(b"a" * 40)
+    put(run_fd, EVENTS, 0, first)
+    os.mkfifo(run_dir / hidden_name(EVENTS))
+    assert file_state(run_fd, [EVENTS]).offset == len(first)
+    with pytest.raises(UnsafePath):
+        put(run_fd, EVENTS, len(first), first[:10])
+    assert (run_dir / EVENTS).read_bytes() == first

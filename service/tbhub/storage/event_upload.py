@@ -49,8 +49,8 @@ def events_end(dir_fd: int, name: str) -> int:
         fd = os.open(hidden_name(name), READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return visible
-    try:
-        return visible + _held(fd, visible)
+    try:  # anything but a plain file there holds nothing (and is refused on the next write)
+        return visible + (_held(fd, visible) if stat.S_ISREG(os.fstat(fd).st_mode) else 0)
     finally:
         os.close(fd)
 
