@@ -166,6 +166,11 @@ class StorageWatcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready = threading.Event()
+        # While the first full scan runs, what the flushes measured: measured again after it,
+        # so the scan's older view never has the last word (see _first_scan).
+        self._during_scan: set[tuple[str, str, bool]] = set()
+        self._record_lock = threading.Lock()  # one writer of the sink and the index at a time
+        self._scanner: threading.Thread | None = None
         self._observer: BaseObserver | None = None
         self._thread: threading.Thread | None = None
 
@@ -204,8 +209,9 @@ class StorageWatcher:
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for thread in (self._thread, self._scanner):
+            if thread is not None:
+                thread.join(timeout)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """True once the first full scan has reached the sink."""
@@ -241,14 +247,13 @@ class StorageWatcher:
     # -- the flush thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._scan_everything()
-                break
-            except Exception:
-                log.exception("first scan of %s failed; trying again", self.root)
-                self._stop.wait(self.retry_after)
-        self._ready.set()
+        # The first full scan runs beside the flushes, not before them: on a server it walks
+        # in spawned worker processes, whose start-up alone can take seconds, and a run
+        # written meanwhile would wait for all of it (12.8 s with a 2 s poll interval).
+        self._scanner = threading.Thread(
+            target=self._first_scan, name="tbhub-watcher-scan", daemon=True
+        )
+        self._scanner.start()
         while not self._stop.is_set():
             self._wake.wait()
             if self._stop.wait(self.settle):
@@ -264,18 +269,34 @@ class StorageWatcher:
                 continue
             self._stop.wait(max(0.0, self.min_gap - (time.monotonic() - started)))
 
+    def _first_scan(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._scan_everything()
+                break
+            except Exception:
+                log.exception("first scan of %s failed; trying again", self.root)
+                self._stop.wait(self.retry_after)
+        with self._dirty_lock:
+            self._dirty |= self._during_scan
+            self._during_scan = set()
+            self._ready.set()
+        self._wake.set()
+
     def _scan_everything(self) -> None:
         with os.scandir(self.root) as entries:
             projects = [e.name for e in entries if self._is_project(e.name)]
         scanned = scan_projects(
             [(str(self.root / name), name, self.claims(name)) for name in projects]
         )
-        changes = [
-            self.index.diff(name, "", runs) for name, runs in zip(projects, scanned, strict=True)
-        ]
-        self.sink.record(changes)
-        for change in changes:
-            self.index.apply(change)
+        with self._record_lock:
+            changes = [
+                self.index.diff(name, "", runs)
+                for name, runs in zip(projects, scanned, strict=True)
+            ]
+            self.sink.record(changes)
+            for change in changes:
+                self.index.apply(change)
 
     def _is_project(self, name: str) -> bool:
         """A project directory by storage/paths.py's one rule: a directory that is a symlink
@@ -291,10 +312,12 @@ class StorageWatcher:
         """Re-measure what is dirty and hand the differences to the sink."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
+            if not self._ready.is_set():
+                self._during_scan |= dirty
         by_project: dict[str, list[tuple[str, bool]]] = {}
         for project, rel, may_be_run in dirty:
             by_project.setdefault(project, []).append((rel, may_be_run))
-        changes = []
+        measured: list[tuple[str, str, list[RunInfo]]] = []
         for project, marks in by_project.items():
             if not self._is_project(project):
                 continue
@@ -307,19 +330,20 @@ class StorageWatcher:
                 if target is not None:
                     targets.add(target)
             for rel in _outermost(targets):
-                found = scan_under(self.root / project, project, rel, claimed)
-                change = self.index.diff(project, rel, found)
-                if change.runs or change.gone:
-                    changes.append(change)
-        if changes:
-            try:
-                self.sink.record(changes)
-            except Exception:
-                with self._dirty_lock:  # offer the same directories again next time
-                    self._dirty |= dirty
-                raise
-            for change in changes:
-                self.index.apply(change)
+                measured.append((project, rel, scan_under(self.root / project, project, rel,
+                                                          claimed)))  # fmt: skip
+        with self._record_lock:
+            changes = [self.index.diff(project, rel, found) for project, rel, found in measured]
+            changes = [change for change in changes if change.runs or change.gone]
+            if changes:
+                try:
+                    self.sink.record(changes)
+                except Exception:
+                    with self._dirty_lock:  # offer the same directories again next time
+                        self._dirty |= dirty
+                    raise
+                for change in changes:
+                    self.index.apply(change)
         return changes
 
 
