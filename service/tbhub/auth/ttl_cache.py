@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from sqlalchemy.orm import Session, sessionmaker
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -43,3 +45,15 @@ class TtlCache(Generic[K, V]):
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def read_through(
+    factory: sessionmaker[Session], query: Callable[[Session, K], V], *, ttl: float
+) -> TtlCache[K, V]:
+    """A TtlCache that reads each key with `query` on a database session of its own."""
+
+    def load(key: K) -> V:
+        with factory() as session:
+            return query(session, key)
+
+    return TtlCache(load, ttl=ttl)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -25,7 +23,7 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.sessions import SessionData
-from tbhub.auth.ttl_cache import TtlCache
+from tbhub.auth.ttl_cache import read_through
 from tbhub.models import UserSession
 
 SESSION_CACHE_SECONDS = 10.0
@@ -73,24 +71,13 @@ def is_live(found: Live | None, data: SessionData) -> bool:
 
 
 class LiveSessions:
-    """session id hash -> its row (None: none) for `ttl` seconds, for the auth hook."""
+    """session id -> its row (None: none) for `ttl` seconds, for the auth hook."""
 
-    def __init__(
-        self,
-        factory: sessionmaker[Session],
-        *,
-        ttl: float = SESSION_CACHE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._factory = factory
-        self._cache = TtlCache[str, Live | None](self._load, ttl=ttl, clock=clock)
+    def __init__(self, factory: sessionmaker[Session], *, ttl: float = SESSION_CACHE_SECONDS):
+        self._cache = read_through(factory, live_session, ttl=ttl)
 
     def is_live(self, data: SessionData) -> bool:
         return is_live(self._cache.get(data.session_id), data)
-
-    def _load(self, session_id: str) -> Live | None:
-        with self._factory() as session:
-            return live_session(session, session_id)
 
     def invalidate(self) -> None:
         self._cache.clear()
