@@ -20,9 +20,9 @@ from tbhub.models import ApiToken, CompareBoard, Project, Role, ShareLink, Token
 from tbhub.projects import create_project, set_membership
 from tbhub.settings import Settings
 from tbhub.users import create_user, delete_user, get_user, set_disabled
-from tests.forms import csrf_header, form_token
-
-PASSWORD = "a-good-password"
+from tests.forms import form_token
+from tests.test_api import PASSWORD
+from tests.test_api import sign_in as form_sign_in
 
 
 def seed(factory: sessionmaker[Session], settings: Settings) -> str:
@@ -42,15 +42,7 @@ def seed(factory: sessionmaker[Session], settings: Settings) -> str:
 
 def sign_in(client: TestClient, name: str) -> str:
     """Sign in through the form; the session cookie's value."""
-    client.cookies.clear()
-    client.headers.pop("X-CSRF-Token", None)
-    response = client.post(
-        "/auth/login",
-        data={"username": name, "password": PASSWORD, "csrf_token": form_token(client)},
-        follow_redirects=False,
-    )
-    assert response.status_code == 303, response.text
-    csrf_header(client)
+    assert form_sign_in(client, name) == 303
     return str(client.cookies["tbhub_session"])
 
 
