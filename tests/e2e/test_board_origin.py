@@ -69,6 +69,6 @@ def test_boards_live_on_their_own_origins_with_their_own_cookies(
     assert get(server, audio, "/boards/audio/data/runs", board_cookie).status_code == 302
     assert get(server, vision, "/api/v1/projects", board_cookie).status_code == 404
     assert get(server, None, "/api/v1/projects", board_cookie).status_code == 401
-    # A non-member gets no pass.
+    # A non-member gets no pass, and learns no more than for a project that does not exist.
     bob = "tbhub_session=" + server.sign_in("bob", "bob-password").cookies["tbhub_session"]
-    assert get(server, None, "/auth/board-pass?project=vision", bob).status_code == 403
+    assert get(server, None, "/auth/board-pass?project=vision", bob).status_code == 404

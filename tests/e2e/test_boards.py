@@ -76,14 +76,14 @@ def test_xhr_to_a_starting_board_gets_503_with_retry_after(server: TbhubServer) 
     assert response.json()["error"]["code"] == "board_starting"
 
 
-def test_non_member_is_forbidden(server: TbhubServer) -> None:
+def test_non_member_gets_404_as_for_a_project_that_does_not_exist(server: TbhubServer) -> None:
     mallory = server.sign_in("mallory", "mallory-password")
     page = mallory.get("/boards/vision/", headers=HTML)
-    assert page.status_code == 403
-    assert "not a member" in page.text
+    assert page.status_code == 404
+    assert "no project named" in page.text
     api = mallory.get("/boards/vision/data/runs", headers=JSON)
-    assert api.status_code == 403
-    assert api.json()["error"]["code"] == "forbidden"
+    assert api.status_code == 404
+    assert api.json()["error"]["code"] == "not_found"
     assert mallory.get("/api/v1/projects").json() == []
 
 
@@ -146,7 +146,7 @@ def test_spoofed_board_headers_from_the_client_change_nothing(
     anonymous = httpx.get(f"{server.base_url}/boards/vision/data/runs", headers=spoof)
     assert anonymous.status_code == 401
     mallory = server.sign_in("mallory", "mallory-password")
-    assert mallory.get("/boards/vision/data/runs", headers=spoof).status_code == 403
+    assert mallory.get("/boards/vision/data/runs", headers=spoof).status_code == 404
 
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")

@@ -57,7 +57,7 @@ def test_an_owner_adds_a_member_who_then_opens_the_board(
     alice_context, alice = signed_in(browser, server.base_url, "alice")
     try:
         refused = bob.goto(f"{server.base_url}/boards/vision/")
-        assert refused is not None and refused.status == 403  # not a member: no board
+        assert refused is not None and refused.status == 404  # not a member: no board
 
         alice.goto(f"{server.base_url}/projects/vision/members")
         check_page(alice, "members")

@@ -29,7 +29,7 @@ from tbhub.deps import (
     session_is_current,
     signed_in_session,
 )
-from tbhub.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
+from tbhub.errors import AmbiguousSession, NotAuthenticated, NotFound, UnsafePath
 from tbhub.http_errors import wants_html
 from tbhub.names import is_compare_slug
 
@@ -59,8 +59,9 @@ def auth_cache_seconds(idle_timeout: float) -> int:
 class Verdict(enum.Enum):
     other_origin = "other_origin"  # own-origin mode: this board is not served on this host
     anonymous = "anonymous"
+    # No such project, or one the caller may not read: the two read the same (404), on the
+    # board as in the UI, the API and compare, so no one learns which projects exist.
     unknown_project = "unknown_project"
-    forbidden = "forbidden"
     allowed = "allowed"
 
 
@@ -125,10 +126,8 @@ def _judge_token(context: AppContext, caller: Caller, project: str) -> tuple[Ver
     access = context.access.lookup(caller.user_id, project)
     if not access.user_exists:
         return Verdict.anonymous, None
-    if access.project_id is None:
+    if access.project_id is None or effective_role(caller, access) is None:
         return Verdict.unknown_project, None
-    if effective_role(caller, access) is None:
-        return Verdict.forbidden, None
     return Verdict.allowed, access.project_id
 
 
@@ -163,10 +162,8 @@ def judge_user(
         data, disabled=False, epoch=access.session_epoch
     ):
         return Verdict.anonymous, None
-    if access.project_id is None:
+    if access.project_id is None or not access.can_view:
         return Verdict.unknown_project, None
-    if not access.can_view:
-        return Verdict.forbidden, None
     return Verdict.allowed, access.project_id
 
 
@@ -261,11 +258,8 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
         )
     if verdict is Verdict.unknown_project:
         raise NotFound(
-            f"there is no project named {project!r}; the projects you can open are listed at /"
-        )
-    if verdict is Verdict.forbidden:
-        raise Forbidden(
-            f"you are not a member of project {project!r}; ask one of its owners to add you"
+            f"there is no project named {project!r} that you can open (if it exists, ask one "
+            "of its owners to add you); the projects you can open are listed at /"
         )
     assert board is not None
     return not_serving_answer(request, project, _board_for(context, board), html=html)

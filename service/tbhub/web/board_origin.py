@@ -50,7 +50,10 @@ def board_pass(
         here = f"/auth/board-pass?{urlencode({'project': project, 'next': next})}"
         return RedirectResponse(f"/auth/login?next={quote(here, safe='')}", status_code=302)
     if not may_open(context.access, context.compares, user.id, project):
-        raise Forbidden(f"you may not read the board {project!r}; ask an owner of its project")
+        raise NotFound(  # the same whether it exists or not, as the board gate answers
+            f"there is no board {project!r} that you can open; the projects you can open are "
+            "listed at /"
+        )
     signed_in = signed_in_session(request, context)
     assert signed_in is not None  # the user came from it
     token = origins.issue_pass(user_id=user.id, project=project, epoch=user.session_epoch,
