@@ -185,6 +185,18 @@ def request_restart(session: Session, *, project: str, actor: str, now: datetime
     return board
 
 
+def request_heal(session: Session, *, project: str, why: str, now: datetime) -> bool:
+    """Replace a running board blue/green because its data changed under it in a way it
+    cannot follow (an event file rewritten in place: storage/event_health.py). A board that
+    does not run is left alone: its next start reads the files as they are."""
+    board = _board(get_project(session, name=project))
+    if board.desired_state != DesiredState.running:
+        return False
+    board.restart_requested_at = now
+    audit.record(session, actor="watcher", action="board.heal", target=project, why=why)
+    return True
+
+
 def request_stop(session: Session, *, project: str, actor: str, now: datetime) -> Board:
     board = _board(get_project(session, name=project))
     board.desired_state, board.desired_at = DesiredState.stopped, now

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
+from tbhub.board_settings import request_heal
+from tbhub.db import transaction
 from tbhub.deps import AppContext
 from tbhub.jobs.runner import JobRunner, start_jobs
 from tbhub.settings import Settings
 from tbhub.storage.compare_view import compare_root
+from tbhub.storage.event_health import Healer
 from tbhub.storage.run_sink import DatabaseRunSink
 from tbhub.storage.watcher import StorageWatcher, choose_mode
 from tbhub.supervisor.backends.base import Backend
@@ -32,6 +36,13 @@ def start_watcher(
     if settings.watch_mode == "off":
         return None
     sink = DatabaseRunSink(context.factory)
+
+    def heal(project: str, why: str) -> None:
+        with transaction(context.factory) as session:
+            asked = request_heal(session, project=project, why=why, now=datetime.now(UTC))
+        if asked:
+            context.wake_supervisor()
+
     watcher = StorageWatcher(
         settings.storage,
         sink,
@@ -39,6 +50,7 @@ def start_watcher(
         poll_interval=settings.watch_poll_interval,
         on_change=on_change,
         claims=sink.registered,
+        healer=Healer(heal),
     )
     watcher.start()
     context.usage.watcher = watcher

@@ -44,6 +44,7 @@ from tbhub.jobs.scan import (
     scan_under,
 )
 from tbhub.names import PROJECT_SLUG
+from tbhub.storage.event_health import FramingWatch, Healer
 from tbhub.storage.fstype import is_network_filesystem
 from tbhub.storage.paths import project_problem
 
@@ -144,6 +145,7 @@ class StorageWatcher:
         poll_interval: float = 10.0,
         on_change: Callable[[], None] = lambda: None,
         claims: Callable[[str], Claimed] = lambda project: NONE_CLAIMED,
+        healer: Healer | None = None,
         settle: float = 0.1,
         min_gap: float = 0.5,
         retry_after: float = 5.0,
@@ -156,6 +158,10 @@ class StorageWatcher:
         # The project's registered runs: each is a run whatever it holds, and owns its
         # subtree, so event files in its subdirectories never become runs of their own.
         self.claims = claims
+        # Event files rewritten in place get their board restarted (storage/event_health.py).
+        self.healer = healer
+        self.framing = FramingWatch(self.root)
+        self._event_files: set[tuple[str, str]] = set()
         self.settle = settle  # let a burst of events gather before a flush
         self.min_gap = min_gap  # at most one flush (one DB write) per this many seconds
         self.retry_after = retry_after
@@ -241,6 +247,8 @@ class StorageWatcher:
             rel, may_be_run = "/".join(parts[1:-1]), parts[-1].startswith(EVENT_FILE_PREFIX)
         with self._dirty_lock:
             self._dirty.add((parts[0], rel, may_be_run))
+            if may_be_run and not is_directory and self.healer is not None:
+                self._event_files.add((parts[0], "/".join(parts[1:])))
         self._wake.set()
         return True
 
@@ -255,7 +263,7 @@ class StorageWatcher:
         )
         self._scanner.start()
         while not self._stop.is_set():
-            self._wake.wait()
+            self._wake.wait(self.healer.due() if self.healer is not None else None)
             if self._stop.wait(self.settle):
                 break
             self._wake.clear()
@@ -314,6 +322,8 @@ class StorageWatcher:
             dirty, self._dirty = self._dirty, set()
             if not self._ready.is_set():
                 self._during_scan |= dirty
+            event_files, self._event_files = self._event_files, set()
+        self._heal(event_files)
         by_project: dict[str, list[tuple[str, bool]]] = {}
         for project, rel, may_be_run in dirty:
             by_project.setdefault(project, []).append((rel, may_be_run))
@@ -345,6 +355,15 @@ class StorageWatcher:
                 for change in changes:
                     self.index.apply(change)
         return changes
+
+    def _heal(self, event_files: set[tuple[str, str]]) -> None:
+        """Ask for a restart of each board whose event files were rewritten in place."""
+        if self.healer is None:
+            return
+        for project, path in sorted(event_files):
+            if self.framing.rewritten(project, path):
+                self.healer.rewritten(project, f"event file {path} was rewritten in place")
+        self.healer.send_due()
 
 
 def owner_at_or_above(runs: Container[str], rel: str) -> str | None:
