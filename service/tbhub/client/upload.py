@@ -3,9 +3,11 @@
 Each pass asks the server how much of each file it holds (once, then it remembers) and sends
 the rest in chunks, each with its SHA-256. An interrupted upload resumes where the server's
 copy ends, so only the remainder is sent again. Event files are sent up to their last whole
-TFRecord record while the job is still writing, so the board never sees a torn record; other
-files are sent once they have stopped changing, and renamed into place by the server when
-their last chunk arrives. `close()` (or `sync(final=True)`) sends everything that is left.
+TFRecord record while the job is still writing, in chunks that end where records end (only
+a record longer than a chunk is cut, and the server holds its pieces back until it is
+whole), so the board never sees a torn record, even if this upload is killed; other files
+are sent once they have stopped changing, and renamed into place by the server when their
+last chunk arrives. `close()` (or `sync(final=True)`) sends everything that is left.
 """
 
 from __future__ import annotations
