@@ -662,8 +662,8 @@ def find_instance(settings: Settings) -> Settings:
 
 def prepare_runtime(settings: Settings, *, create: bool = True) -> Settings:
     """Create the data dir, refuse SQLite on network storage, and fill in the secret key.
-    With `create` false (a command acting on an instance that exists) nothing is created:
-    the secret key is read when the data dir has one."""
+    With `create` false (a command acting on an instance that exists) no directory is
+    created."""
     for name, path in (("data dir", settings.data_dir), ("storage root", settings.storage)):
         if not create:
             break
@@ -682,9 +682,10 @@ def prepare_runtime(settings: Settings, *, create: bool = True) -> Settings:
             "corrupts under concurrent access; set TBHUB_DATA_DIR to a local disk or "
             "TBHUB_DATABASE_URL to PostgreSQL"
         )
-    secret = settings.data_dir / "secret_key"
-    if settings.secret_key is None and (create or secret.is_file()):
-        settings.secret_key = SecretStr(_read_or_create_secret(secret))
+    # The data dir's key, made there on first need as `tbhub serve` makes it: never a data
+    # dir for it (a command on a server database may run where the data dir is not).
+    if settings.secret_key is None and (create or settings.data_dir.is_dir()):
+        settings.secret_key = SecretStr(_read_or_create_secret(settings.data_dir / "secret_key"))
     return settings
 
 
