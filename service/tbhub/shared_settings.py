@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from tbhub.errors import ConfigError, SettingsDisagree
+from tbhub.leader_lock import key_fingerprint
 from tbhub.settings import Settings, load_settings
 from tbhub.timestamps import iso_utc
 from tbhub.values import format_value
@@ -45,6 +46,9 @@ SHARED = (
 )
 # The database is compared, never taken: its URL may hold a password, which is not written.
 DATABASE = "database"
+# The secret key, by a fingerprint that reveals nothing of it: compared once the command has
+# its own (a config nginx is given, `tbhub nginx render`, proves its hop with it).
+SECRET = "secret_key_fingerprint"
 
 
 def record_path(settings: Settings) -> Path:
@@ -56,6 +60,8 @@ def shared_values(settings: Settings) -> dict[str, Any]:
     password."""
     values = {name: getattr(settings, name) for name in SHARED}
     values[DATABASE] = make_url(settings.db_url).render_as_string(hide_password=True)
+    secret = settings.secret_key
+    values[SECRET] = key_fingerprint(secret.get_secret_value()) if secret else None
     return json.loads(json.dumps(values, default=str))  # type: ignore[no-any-return]
 
 
@@ -85,7 +91,8 @@ def read_record(settings: Settings) -> dict[str, Any] | None:
 
 
 def variable(name: str) -> str:
-    return "TBHUB_DATABASE_URL" if name == DATABASE else f"TBHUB_{name.upper()}"
+    special = {DATABASE: "TBHUB_DATABASE_URL", SECRET: "TBHUB_SECRET_KEY (fingerprint)"}
+    return special.get(name, f"TBHUB_{name.upper()}")
 
 
 def _shown(value: Any) -> str:
@@ -104,6 +111,30 @@ def agree_with_server(settings: Settings) -> Settings:
         name for name in (*SHARED, DATABASE)
         if name in theirs and ours[name] != theirs[name] and (name in given or name == DATABASE)
     ]  # fmt: skip
+    _refuse(settings, recorded, ours, differ)
+    taken = {name: theirs[name] for name in SHARED if name in theirs and ours[name] != theirs[name]}
+    return load_settings(**taken) if taken else settings
+
+
+def agree_on_secret(settings: Settings) -> Settings:
+    """SettingsDisagree when the command's secret key (its own, else the data dir's) is not
+    the one the server runs with: checked before a command would make the data dir's."""
+    recorded = read_record(settings)
+    theirs = recorded["settings"].get(SECRET) if recorded else None
+    if recorded is None or theirs is None:
+        return settings
+    key = settings.secret_key.get_secret_value() if settings.secret_key else None
+    stored = settings.data_dir / "secret_key"
+    if key is None and stored.is_file():
+        key = stored.read_text().strip()
+    ours = key_fingerprint(key) if key else None
+    _refuse(settings, recorded, {SECRET: ours}, [SECRET] if ours != theirs else [])
+    return settings
+
+
+def _refuse(settings: Settings, recorded: dict[str, Any], ours: dict[str, Any],
+            differ: list[str]) -> None:  # fmt: skip
+    theirs = recorded["settings"]
     if differ:
         lines = "; ".join(
             f"{variable(name)} is {_shown(ours[name])} here but {_shown(theirs[name])} for the "
@@ -116,5 +147,3 @@ def agree_with_server(settings: Settings) -> Settings:
             f"{recorded['recorded_at']}). Give the command the server's settings (its "
             "environment file or tbhub.toml), or change the server's and restart it"
         )
-    taken = {name: theirs[name] for name in SHARED if name in theirs and ours[name] != theirs[name]}
-    return load_settings(**taken) if taken else settings

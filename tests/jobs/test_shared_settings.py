@@ -17,9 +17,16 @@ from tbhub.cli.main import app
 from tbhub.models import BackupRun
 from tbhub.settings import Settings
 from tbhub.shared_settings import record
+from tests.conftest import TEST_SECRET
 from tests.jobs.conftest import fill_storage
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def servers_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands get the key the test's server settings have, as its environment would."""
+    monkeypatch.setenv("TBHUB_SECRET_KEY", TEST_SECRET)
 
 
 def backup_runs(factory: sessionmaker[Session]) -> int:
@@ -77,3 +84,19 @@ def test_a_command_on_another_database_than_the_server_is_refused_without_its_pa
 
 def record_text(settings: Settings) -> str:
     return (settings.data_dir / "serve-settings.json").read_text()
+
+
+def test_a_command_with_another_secret_key_than_the_server_is_refused_and_makes_none(
+    jobs_settings: Settings, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record(jobs_settings, now=time.time())
+    monkeypatch.setenv("TBHUB_SECRET_KEY", "another-key-" + "y" * 40)
+    result = runner.invoke(app, ["nginx", "render"])
+    assert result.exit_code == 1
+    assert "TBHUB_SECRET_KEY (fingerprint) is '" in result.stderr
+    assert "for the server" in result.stderr and TEST_SECRET not in result.stderr
+    monkeypatch.delenv("TBHUB_SECRET_KEY")  # none here: the data dir's key is not made
+    result = runner.invoke(app, ["nginx", "render"])
+    assert result.exit_code == 1 and "(fingerprint) is unset here" in result.stderr
+    assert not (jobs_settings.data_dir / "secret_key").exists()
+    assert not (jobs_settings.data_dir / "nginx").exists()

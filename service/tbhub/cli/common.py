@@ -87,9 +87,10 @@ def runtime_settings() -> Settings:
     (shared_settings.py). Creates nothing: with no instance there, an error says where it
     looked and what to set."""
     from tbhub.settings import find_instance, load_settings, prepare_runtime
-    from tbhub.shared_settings import agree_with_server
+    from tbhub.shared_settings import agree_on_secret, agree_with_server
 
-    return prepare_runtime(find_instance(agree_with_server(load_settings())), create=False)
+    settings = agree_on_secret(find_instance(agree_with_server(load_settings())))
+    return prepare_runtime(settings, create=False)
 
 
 def setup_settings() -> Settings:
