@@ -160,25 +160,31 @@ def test_backup_keeps_the_link_and_restore_refuses_to_write_through_it(
     assert tree(linked.storage / "real") == before
 
 
-def test_a_bind_mount_over_a_project_directory_is_refused(tmp_path: Path) -> None:
-    """A mount trick (another project bind-mounted as this one), in a mount namespace of its
-    own so nothing outside the test sees it."""
+def test_a_bind_mount_over_a_project_directory_is_refused_a_volume_of_its_own_is_not(
+    tmp_path: Path,
+) -> None:
+    """A mount trick (another project bind-mounted as this one) is refused; a filesystem of
+    its own mounted at a project (a volume for it) holds no other project's data. In a mount
+    namespace of its own, so nothing outside the test sees either mount."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare and root for a private mount namespace")
     root = tmp_path / "storage"
-    (root / "real").mkdir(parents=True)
-    (root / "p6").mkdir()
+    for name in ("real", "p6", "p7"):
+        (root / name).mkdir(parents=True)
     check = (
         "from pathlib import Path; from tbhub.storage.paths import project_problem;"
-        f"print(project_problem(Path({str(root)!r}), 'p6'))"
+        f"root = Path({str(root)!r}); print(project_problem(root, 'p6'));"
+        "print(project_problem(root, 'p7'))"
     )
+    mounts = 'mount --bind "$0/real" "$0/p6" && mount -t tmpfs -o size=1m tmpfs "$0/p7"'
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mount --bind "$0/real" "$0/p6" && exec "$1" -c "$2"', str(root), sys.executable,
-         check],
+         f'{mounts} && exec "$1" -c "$2"', str(root), sys.executable, check],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     if done.returncode != 0 and "mount" in done.stderr:
-        pytest.skip(f"no bind mounts here: {done.stderr.strip()}")
-    assert "is a mount point" in done.stdout, done.stdout + done.stderr
+        pytest.skip(f"no mounts here: {done.stderr.strip()}")
+    bind, volume = done.stdout.splitlines()
+    assert "is a bind mount" in bind, done.stdout + done.stderr
+    assert volume == "None"
     assert project_dir(root, "p6") == root / "p6"  # outside the namespace: a plain directory

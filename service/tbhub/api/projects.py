@@ -57,7 +57,7 @@ class ProjectOut(BaseModel):
     logdir: str = Field(description="The project's directory on the storage: runs go below it")
     storage_error: str | None = Field(
         default=None,
-        description="Why the project's directory is refused (a symlink or mount point where "
+        description="Why the project's directory is refused (a symlink or bind mount where "
         "a real directory should be): no board, upload or run registration until it is fixed",
     )
     board: BoardOut | None

@@ -1,8 +1,8 @@
 """Paths inside the storage root. Every path is resolved and checked before use.
 
 The one rule for a project's directory (`open_project`, and `project_dir` on top of it):
-it is a real directory directly under the storage root, on the root's own mount. A symlink
-(`p4 -> p2`), a file, or a mount point there (a bind mount of another project, say) is
+it is a real directory directly under the storage root. A symlink (`p4 -> p2`), a file, or
+a bind mount of part of the storage's own filesystem there (another project, say) is
 refused with UnsafePath, so no board, registration, watcher, retention or restore reaches
 another project's data through it. Boards, runs, the watcher and the jobs all ask here.
 """
@@ -67,8 +67,8 @@ def open_project(root: Path, project: str, *, create: bool = False) -> int:
             kind = "is a symlink" if _is_link(root_fd, project) else "is not a directory"
             raise _refused(project, path, kind) from None
         try:
-            if not _same_mount(root_fd, fd):
-                raise _refused(project, path, "is a mount point, not part of the storage root")
+            if _bind_mounted(root_fd, fd):
+                raise _refused(project, path, "is a bind mount of another directory of the storage")
         except BaseException:
             os.close(fd)
             raise
@@ -84,11 +84,14 @@ def _is_link(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _same_mount(root_fd: int, fd: int) -> bool:
+def _bind_mounted(root_fd: int, fd: int) -> bool:
+    """The project directory is a mount of the storage root's own filesystem (so it shows
+    some other directory of the storage). A filesystem of its own mounted there (a volume
+    for one project) holds no other project's data and is fine."""
     if os.fstat(root_fd).st_dev != os.fstat(fd).st_dev:
         return False
     root_mount, mount = _mount_id(root_fd), _mount_id(fd)
-    return root_mount is None or root_mount == mount
+    return root_mount is not None and root_mount != mount
 
 
 def project_problem(root: Path, project: str) -> str | None:
