@@ -54,12 +54,17 @@ def context(browser: Browser, slow_server: TbhubServer) -> Iterator[BrowserConte
         context.close()
 
 
-def test_the_starting_page_shows_the_board_the_moment_it_is_ready(
+def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_board_bar(
     slow_server: TbhubServer, context: BrowserContext
 ) -> None:
     board_url = f"{slow_server.base_url}/boards/vision/"
     page = context.new_page()
     documents: list[str] = []  # what each load of the board's URL got: starting page or board
+    # The documents loaded when the board bar asked for its data: nginx adds the bar's script
+    # to the starting page too (it is served under the board's URL), where it must stay idle.
+    bar_asked_on: list[int] = []
+    page.on("request", lambda request: bar_asked_on.append(len(documents))
+            if request.url.endswith("/api/v1/boards/vision/bar") else None)  # fmt: skip
 
     def on_response(response: Response) -> None:
         if response.request.is_navigation_request() and response.url == board_url:
@@ -78,6 +83,8 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready(
     late = shown_at - ready.observed_at.timestamp()
     assert late < 1.0, f"the board was shown {late:.2f} s after it was ready"
     page.wait_for_selector("text=run-01", timeout=30_000)
+    page.wait_for_selector("#tbhub-bar", timeout=30_000)
+    assert bar_asked_on == [2], f"the bar asked for its data on documents {bar_asked_on}"
 
 
 def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(

@@ -10,6 +10,10 @@
   var script = document.currentScript;
   var project = script && script.dataset.project;
   if (!project) return;
+  // A board that does not serve yet is answered by tbhub's own page (starting, failed) under
+  // the board's URL, so nginx adds this script there too: that page has tbhub's header and
+  // follows the board itself; a bar or an empty-project panel on it would be gone at once.
+  if (document.body.hasAttribute("data-tbhub-page")) return;
   var url = "/api/v1/boards/" + encodeURIComponent(project) + "/bar";
   var EMPTY_POLL_MS = 5000;
 
