@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
-from tbhub.db import make_engine
-from tbhub.leader_lock import LOCK_CLASS, MIGRATIONS
-from tbhub.models import Base
+from tbhub.core.db import make_engine
+from tbhub.core.leader_lock import LOCK_CLASS, MIGRATIONS
+from tbhub.core.models import Base
 
 config = context.config
 target_metadata = Base.metadata

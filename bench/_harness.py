@@ -1,7 +1,7 @@
 """What the benchmarks in bench/ share (bench/_ingest.py adds what the upload and discovery
 benchmarks share).
 
-- data built once and cached under the temp dir: sample data written with tbhub.sample_logs,
+- data built once and cached under the temp dir: sample data written with tbhub.storage.sample_logs,
   copied into a scratch storage root for each run;
 - processes started in their own session and stopped by process group, never by name;
 - a real `tbhub serve` (control plane, supervisor, nginx) on ports picked in 19000-19499
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import IO, Any, Protocol, TypeVar
 
 import httpx
+from tests.support.scratch_database import postgres_database
 
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.sample_logs import write_project
-from tbhub.scratch_database import postgres_database
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.storage.sample_logs import write_project
 
 HOST = "127.0.0.1"
 

@@ -7,7 +7,7 @@ tbhub snapshot of it (the previous snapshot, with its manifest). Before each mea
 they are put back exactly, so every run sees the same 1% change.
 
 - plain: `rsync -a --delete --link-dest=<previous> <storage>/ <new dir>/`
-- tbhub: `tbhub.jobs.backup.run_backup()`, what the scheduler in `tbhub serve` runs: the
+- tbhub: `tbhub.housekeeping.backup.run_backup()`, what the scheduler in `tbhub serve` runs: the
   lock, the database rows, rsync with --link-dest (and -ii for the change list), the sha256
   manifest (reusing the previous checksums of hard-linked files, hashing the 1% changed),
   the rename that marks it complete, pruning, the audit event;
@@ -77,8 +77,8 @@ class Installation:
         hub = Tbhub(root, storage, extra_env={"TBHUB_BACKUP_TARGET": str(self.target)})
         self.hub = hub
         hub.cli("db", "upgrade")
-        from tbhub.db import make_engine, make_session_factory
-        from tbhub.settings import load_settings, prepare_runtime
+        from tbhub.core.db import make_engine, make_session_factory
+        from tbhub.core.settings import load_settings, prepare_runtime
 
         saved_env = dict(os.environ)
         os.environ.update(hub.env)
@@ -96,7 +96,7 @@ class Installation:
         return self.hub.timed_cli("admin", "backup", "run")
 
     def backup_in_process(self) -> float:
-        from tbhub.jobs.backup import run_backup
+        from tbhub.housekeeping.backup import run_backup
 
         started = time.perf_counter()
         run_backup(self.factory, self.settings, actor="bench")

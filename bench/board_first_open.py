@@ -2,7 +2,7 @@
 TensorBoard's page, and to its first scalar card, the median of several runs.
 
 A real `tbhub serve` (nginx, control plane, supervisor, board zygote) over a project of
-5 runs x 200 steps x 2 scalar tags (tbhub.sample_logs); Debian's Chromium, driven by
+5 runs x 200 steps x 2 scalar tags (tbhub.storage.sample_logs); Debian's Chromium, driven by
 Playwright, with the bench user's session cookie. Each run stops the board
 (`tbhub admin board stop`), waits until its process is gone, then opens /boards/bench/ in a
 new browser context, as a click on "Open board" does: the starting page follows the board
@@ -40,7 +40,7 @@ from _harness import (
     temp_dir,
     wait_for,
 )
-from tbhub.models import Board, ObservedState, Project
+from tbhub.core.models import Board, ObservedState, Project
 
 RUNS, STEPS, TAGS = 5, 200, 2
 DATA = {"runs": RUNS, "steps": STEPS, "tags": TAGS}

@@ -14,7 +14,7 @@ What it measures, per round:
 PSS comes from /proc/<pid>/smaps_rollup and is read 2 s after the last board is ready.
 PSS splits each shared page between the processes that map it, so pages the boards share
 with each other (libraries, and for the zygote the imported modules) count once in total.
-Data: 20 runs x 5,000 steps x 5 scalar tags (tbhub.sample_logs), hard-linked into 10
+Data: 20 runs x 5,000 steps x 5 scalar tags (tbhub.storage.sample_logs), hard-linked into 10
 project directories. Rounds alternate the order of the sides; one unmeasured warm-up
 round comes first. Reported: per-side medians of the total, the ratios to bare; the target
 for the zygote is <= 0.75x.

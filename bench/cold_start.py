@@ -13,7 +13,7 @@ What it measures, per run:
   its readiness probe and TensorBoard's own start-up (or, forked, what is left of it).
 
 Both poll every 50 ms. Data: 20 runs x 5,000 steps x 5 scalar tags, written once with
-tbhub.sample_logs (TensorBoard's event-file writer), cached under
+tbhub.storage.sample_logs (TensorBoard's event-file writer), cached under
 $TMPDIR/tbhub-bench-cache/ and copied into a scratch storage root that both sides read.
 
 Every tbhub run uses a new `tbhub serve` with a fresh data dir (database) over the same

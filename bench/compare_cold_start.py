@@ -15,7 +15,7 @@ What it measures, per run:
   readiness probe and TensorBoard's start-up in a zygote fork.
 
 Both poll every 50 ms. Data: 10 runs x 5,000 steps x 5 scalar tags written once with
-tbhub.sample_logs (cached under $TMPDIR/tbhub-bench-cache/), spread 4/3/3 over the projects
+tbhub.storage.sample_logs (cached under $TMPDIR/tbhub-bench-cache/), spread 4/3/3 over the projects
 alpha, beta and gamma (each numbering its runs from run-00), copied into a scratch storage
 root; the bare side reads a second copy, so neither shares the other's files.
 

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
+from tests.support.scratch_database import postgres_database
 
 from _harness import (
     Tbhub,
@@ -50,8 +51,7 @@ from _harness import (
     temp_dir,
     wait_for,
 )
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.scratch_database import postgres_database
+from tbhub.core.processes import ProcessRef, stop_group
 
 LEADER = re.compile(r"^tbhub_supervisor_leader (\d)$", re.M)
 PASSES = re.compile(r"^tbhub_reconcile_pass_seconds_count (\d+)$", re.M)

@@ -55,7 +55,7 @@ from _harness import (
     temp_dir,
     wait_for,
 )
-from tbhub.processes import ProcessRef, stop_group
+from tbhub.core.processes import ProcessRef, stop_group
 
 RUNS, STEPS, TAGS = 3, 100, 5
 THREADS, CONNECTIONS = 2, 32

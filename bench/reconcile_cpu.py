@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from _harness import arguments, at_least, log, median, report, temp_dir
-from tbhub.boards import AccessTracker
-from tbhub.db import make_engine, make_session_factory, transaction, upgrade
-from tbhub.models import Board, DesiredState, Project
+from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.core.models import Board, DesiredState, Project
+from tbhub.domain.boards import AccessTracker
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.loop import Supervisor
 from tbhub.supervisor.plan import Policy

@@ -10,7 +10,7 @@ $TMPDIR/tbhub-bench-cache/retention-100k-runs/.
 - tbhub CLI: `tbhub admin retention plan --json > /dev/null` in a fresh process (Python
   start-up and imports, the schema check, the policies from SQLite, the scan of all 20
   projects, the plan, the JSON of every run it would remove), with a 100-day age limit;
-- tbhub in-process: `tbhub.jobs.retention.plan_retention()` alone.
+- tbhub in-process: `tbhub.housekeeping.retention.plan_retention()` alone.
 
 Warm page cache for all (one unmeasured warm-up round). Runs alternate find, CLI,
 in-process; reported: every run, the medians and the ratios median(tbhub) / median(find).
@@ -78,9 +78,9 @@ def set_up_tbhub(root: Path, storage: Path) -> Tbhub:
 
 
 def plan_in_process(env: dict[str, str]) -> tuple[float, int]:
-    from tbhub.db import make_engine, make_session_factory
-    from tbhub.jobs.retention import plan_retention
-    from tbhub.settings import Settings
+    from tbhub.core.db import make_engine, make_session_factory
+    from tbhub.core.settings import Settings
+    from tbhub.housekeeping.retention import plan_retention
 
     settings = Settings(
         data_dir=Path(env["TBHUB_DATA_DIR"]),

@@ -42,8 +42,8 @@ from _harness import (
     percentile,
     temp_dir,
 )
-from tbhub.models import Board, Membership, Project, Role, Run, RunTag, User
-from tbhub.sample_logs import write_run
+from tbhub.core.models import Board, Membership, Project, Role, Run, RunTag, User
+from tbhub.storage.sample_logs import write_run
 
 TIMING = re.compile(r"app;dur=([0-9.]+)")
 STATUSES = ["running", "finished", "finished", "finished", "failed", "killed", "discovered"]

@@ -22,7 +22,7 @@ image built first, an installation id of the run whose containers and network ar
 afterwards): direct is then the port the container publishes on 127.0.0.1, the address
 nginx proxies to, and the target is >= 0.95x.
 
-Data: 3 runs x 100 steps x 5 tags (tbhub.sample_logs), cached under
+Data: 3 runs x 100 steps x 5 tags (tbhub.storage.sample_logs), cached under
 $TMPDIR/tbhub-bench-cache/.
 
 Run it from the repository root (`make bench` runs bench/cold_start.py, then this):

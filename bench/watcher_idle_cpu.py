@@ -1,7 +1,7 @@
 """CPU the storage watcher uses while nothing changes, over 100,000 files (inotify mode).
 
 A storage root with one project of 10,000 runs x 10 files (one event file each) is created
-in a scratch directory; the watcher (tbhub.storage.watcher.StorageWatcher, as `tbhub serve`
+in a scratch directory; the watcher (tbhub.domain.watcher.StorageWatcher, as `tbhub serve`
 runs it, with a sink that only counts) starts, finishes its first scan, and then the CPU
 time of this process is read over an idle window. Nothing else runs in this process, so
 its CPU time is the watcher's. Reported per window and as the median, in % of one core;
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from _harness import arguments, log, median, report, temp_dir
-from tbhub.storage.watcher import ProjectChanges, StorageWatcher
+from tbhub.domain.watcher import ProjectChanges, StorageWatcher
 
 RUNS, FILES_PER_RUN = 10_000, 10
 TARGET_PERCENT = 2.0

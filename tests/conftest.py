@@ -13,10 +13,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import make_engine, make_session_factory, transaction, upgrade
-from tbhub.main import build_context, create_app
-from tbhub.scratch_database import postgres_database
-from tbhub.settings import Settings, prepare_runtime
+from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.core.settings import Settings, prepare_runtime
+from tbhub.serve.app import build_context, create_app
+from tests.support.scratch_database import postgres_database
 
 # Which databases the suite runs on (comma-separated); both unless told otherwise.
 DATABASES = os.environ.get("TBHUB_TEST_DATABASES", "sqlite,postgresql").split(",")

@@ -17,7 +17,7 @@ from urllib.parse import urljoin
 
 import httpx
 
-from tbhub.processes import ProcessRef, stop_group
+from tbhub.core.processes import ProcessRef, stop_group
 from tests.e2e.harness import free_port, wait_until
 
 PROVIDER_DIR = Path(__file__).parent / "oidc"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker
+from tbhub.domain.boards import AccessTracker
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.loop import Supervisor
 from tbhub.supervisor.plan import Policy

@@ -7,12 +7,12 @@ import re
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.api.board_gate import auth_cache_seconds
-from tbhub.db import transaction
-from tbhub.models import AuditEvent, Board, DesiredState, Role
-from tbhub.projects import create_project, set_membership
-from tbhub.settings import Settings
-from tbhub.users import create_user
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, Board, DesiredState, Role
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import auth_cache_seconds
+from tbhub.domain.projects import create_project, set_membership
+from tbhub.domain.users import create_user
 from tests.forms import csrf_header, form_token
 
 PASSWORD = "a-good-password"

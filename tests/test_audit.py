@@ -8,7 +8,7 @@ import json
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 from tests.test_cli import cli_env, tbhub  # noqa: F401 - the fixture is used by name
 

@@ -12,12 +12,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.board_origin import BoardSession
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.auth.user_sessions import start_session
-from tbhub.db import transaction
-from tbhub.main import build_context, create_app
-from tbhub.models import Project, Run
-from tbhub.runs import RunFields, register_run
-from tbhub.settings import Settings
-from tbhub.users import get_user
+from tbhub.core.db import transaction
+from tbhub.core.models import Project, Run
+from tbhub.core.settings import Settings
+from tbhub.domain.runs import RunFields, register_run
+from tbhub.domain.users import get_user
+from tbhub.serve.app import build_context, create_app
 from tests.test_api import seed, sign_in
 
 HTML = {"Accept": "text/html"}

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import request_board
-from tbhub.db import transaction
-from tbhub.models import Project
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import Project
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import request_board
 from tbhub.supervisor.plan import BoardSpec, Desired, Instance, MiB, Policy, plan
 from tbhub.supervisor.state import write_observed
 from tests.test_api import seed, sign_in

@@ -17,13 +17,13 @@ import psutil
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import request_board
-from tbhub.db import transaction
-from tbhub.models import Board
-from tbhub.projects import create_project
-from tbhub.sample_logs import write_run
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import Board
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import request_board
+from tbhub.domain.projects import create_project
 from tbhub.storage.links import first_outside_link
+from tbhub.storage.sample_logs import write_run
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.observe import probe_ready
 from tbhub.supervisor.plan import Instance

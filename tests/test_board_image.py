@@ -12,7 +12,7 @@ import tarfile
 from dataclasses import replace
 from pathlib import Path
 
-from tbhub.rootfs import RootFs
+from tbhub.artifacts.rootfs import RootFs
 from tbhub.supervisor.board_image import (
     IMAGE_PYTHON,
     LAUNCHER,

@@ -8,9 +8,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import Board, ObservedState, Project
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import Board, ObservedState, Project
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 
 

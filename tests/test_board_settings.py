@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import request_board
-from tbhub.db import transaction
-from tbhub.models import AuditEvent, Board, BoardSettings, DesiredState
-from tbhub.projects import get_project
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, Board, BoardSettings, DesiredState
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import request_board
+from tbhub.domain.projects import get_project
 from tbhub.supervisor.state import Limits, board_spec, read_desired
 from tests.test_api import seed, sign_in
 from tests.test_cli import cli_env, tbhub  # noqa: F401 - cli_env is a fixture

@@ -10,10 +10,10 @@ import typer
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.db import make_engine, make_session_factory, transaction
-from tbhub.locks import hold_lock
-from tbhub.settings import Settings
-from tbhub.users import authenticate
+from tbhub.core.db import make_engine, make_session_factory, transaction
+from tbhub.core.locks import hold_lock
+from tbhub.core.settings import Settings
+from tbhub.domain.users import authenticate
 from tests.test_docs import command_paths
 from tests.times import assert_one_format
 

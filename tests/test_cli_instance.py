@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.settings import load_settings
+from tbhub.core.settings import load_settings
 
 runner = CliRunner()
 

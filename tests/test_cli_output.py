@@ -1,4 +1,4 @@
-"""What the CLI prints for people: values by the one formatter (tbhub/values.py), labels
+"""What the CLI prints for people: values by the one formatter (tbhub/core/values.py), labels
 apart from their values, whole table rows when the output is not a terminal."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import subprocess
 import pytest
 
 from tbhub.cli.runs import print_run
-from tbhub.errors import InvalidInput
-from tbhub.jobs.policy import check_overrides
-from tbhub.settings import Settings
-from tbhub.values import format_value
+from tbhub.core.errors import InvalidInput
+from tbhub.core.settings import Settings
+from tbhub.core.values import format_value
+from tbhub.domain.retention_policy import check_overrides
 from tests.e2e.harness import TBHUB
 from tests.test_cli import cli_env, tbhub  # noqa: F401 - the fixture is used by name
 

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from tbhub.cli.main import app
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 
@@ -112,8 +112,8 @@ def http_table_entries() -> list[tuple[str | None, str]]:
 
 def app_routes() -> set[tuple[str, str]]:
     """(method, path with {} for each parameter) of every route of the app, hidden too."""
-    from tbhub.main import build_context, create_app
-    from tbhub.settings import prepare_runtime
+    from tbhub.core.settings import prepare_runtime
+    from tbhub.serve.app import build_context, create_app
     from tests.test_input_bounds import full_spec
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,10 +23,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import Message, Receive, Scope, Send
 
-from tbhub.db import upgrade
-from tbhub.main import build_context, create_app
-from tbhub.models import RetentionOverride
-from tbhub.settings import Settings, prepare_runtime
+from tbhub.core.db import upgrade
+from tbhub.core.models import RetentionOverride
+from tbhub.core.settings import Settings, prepare_runtime
+from tbhub.serve.app import build_context, create_app
 from tests.conftest import TEST_SECRET, postgres_database
 from tests.test_api import seed, sign_in
 

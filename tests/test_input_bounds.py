@@ -17,9 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.main import build_context, create_app
-from tbhub.models import AuditEvent
-from tbhub.settings import Settings
+from tbhub.core.models import AuditEvent
+from tbhub.core.settings import Settings
+from tbhub.serve.app import build_context, create_app
 from tests.test_api import seed, sign_in
 
 METHODS_WITH_BODIES = ("post", "put", "patch")

@@ -8,10 +8,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import Role
-from tbhub.settings import Settings
-from tbhub.teams import add_member, create_team, grant
+from tbhub.core.db import transaction
+from tbhub.core.models import Role
+from tbhub.core.settings import Settings
+from tbhub.domain.teams import add_member, create_team, grant
 from tests.test_api import PASSWORD, seed, sign_in
 
 # (method, path, body) -> status for: anonymous, eve (no role), bob (editor of vision, viewer

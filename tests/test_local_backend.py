@@ -11,8 +11,8 @@ import httpx
 import psutil
 import pytest
 
-from tbhub.processes import ProcessRef
-from tbhub.sample_logs import write_run
+from tbhub.core.processes import ProcessRef
+from tbhub.storage.sample_logs import write_run
 from tbhub.supervisor.backends.local import LocalBackend
 from tbhub.supervisor.observe import probe_ready
 from tbhub.supervisor.plan import Instance

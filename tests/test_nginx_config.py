@@ -6,8 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from tbhub.nginx import IDENTITY_HEADERS, find_nginx, render_config, write_config
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.serve.nginx import IDENTITY_HEADERS, find_nginx, render_config, write_config
 
 
 def make_settings(tmp_path: Path) -> Settings:

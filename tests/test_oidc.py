@@ -16,11 +16,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.oidc import PENDING_COOKIE, PendingSigner
-from tbhub.db import transaction
-from tbhub.main import build_context, create_app
-from tbhub.models import AuditEvent, Role, User
-from tbhub.settings import Settings
-from tbhub.teams import create_team, grant
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, Role, User
+from tbhub.core.settings import Settings
+from tbhub.domain.teams import create_team, grant
+from tbhub.serve.app import build_context, create_app
 from tests.conftest import TEST_SECRET
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider, oidc_provider
 from tests.oidc_provider import sign_in_at_provider as provider_login

@@ -9,7 +9,7 @@ import re
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 from tests.test_board_bar import add_run
 

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.public_url import startup_warning
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.http.public_url import startup_warning
 from tests.forms import form_token
 from tests.test_api import PASSWORD, seed
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from tbhub.boards import AccessTracker, BoardRef
-from tbhub.db import make_engine, make_session_factory, transaction
-from tbhub.errors import ConfigError, JobBusy
-from tbhub.jobs.config import job_lock
-from tbhub.leader_lock import LeaderLock, list_replicas, replica_name
-from tbhub.models import Board
-from tbhub.projects import create_project
-from tbhub.replica import Replica
-from tbhub.settings import Settings
+from tbhub.core.db import make_engine, make_session_factory, transaction
+from tbhub.core.errors import ConfigError, JobBusy
+from tbhub.core.leader_lock import LeaderLock, list_replicas, replica_name
+from tbhub.core.models import Board
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import AccessTracker, BoardRef
+from tbhub.domain.projects import create_project
+from tbhub.housekeeping.config import job_lock
+from tbhub.serve.replica import Replica
 from tbhub.supervisor.metrics import SupervisorMetrics
 from tests.conftest import MigratedTemplates, postgres_database
 from tests.e2e.harness import TBHUB, wait_until

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.auth.csrf import CsrfTokens
 from tbhub.auth.passwords import hash_password, verify_password
 from tbhub.auth.sessions import SessionSigner, read_session_cookie
-from tbhub.errors import AmbiguousSession, InvalidInput, UnsafePath
-from tbhub.names import check_project_name
+from tbhub.core.errors import AmbiguousSession, InvalidInput, UnsafePath
+from tbhub.core.names import check_project_name
+from tbhub.http.csrf import CsrfTokens
 from tbhub.storage.paths import inside_root, project_dir
 from tbhub.web.pages import safe_next
 

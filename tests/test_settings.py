@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tbhub import settings as settings_module
 from tbhub.cli.serve_options import settings_from_flags
-from tbhub.errors import ConfigError, InvalidInput
-from tbhub.settings import Settings, load_settings, prepare_runtime
-from tbhub.storage.fstype import filesystem_type, is_network_filesystem
+from tbhub.core import settings as settings_module
+from tbhub.core.errors import ConfigError, InvalidInput
+from tbhub.core.fstype import filesystem_type, is_network_filesystem
+from tbhub.core.settings import Settings, load_settings, prepare_runtime
 
 MOUNTS = """\
 sysfs /sys sysfs rw 0 0

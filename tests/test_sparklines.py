@@ -15,7 +15,7 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.scalar.summary_v2 import scalar_pb
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tbhub.sparkline import HEIGHT, PAD, WIDTH, sparkline_points, sparkline_svg
+from tbhub.domain.sparkline import HEIGHT, PAD, WIDTH, sparkline_points, sparkline_svg
 from tbhub.storage.scalars import MAX_POINTS, ScalarCache, pick_curve
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import request_board
-from tbhub.db import transaction
-from tbhub.projects import create_project
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import request_board
+from tbhub.domain.projects import create_project
 from tests.scripts import idle_supervisor
 
 

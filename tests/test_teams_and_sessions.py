@@ -7,11 +7,18 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import Role
-from tbhub.settings import Settings
-from tbhub.teams import add_member, create_team, grant, list_teams, remove_member, sync_groups
-from tbhub.users import end_sessions, get_user, set_disabled, set_password
+from tbhub.core.db import transaction
+from tbhub.core.models import Role
+from tbhub.core.settings import Settings
+from tbhub.domain.teams import (
+    add_member,
+    create_team,
+    grant,
+    list_teams,
+    remove_member,
+    sync_groups,
+)
+from tbhub.domain.users import end_sessions, get_user, set_disabled, set_password
 from tests.test_api import PASSWORD, auth, seed, sign_in
 
 

@@ -9,9 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.throttle import SOFT_DELAY_MAX, SignInGuard, SignInThrottle, ThrottlePolicy
-from tbhub.main import build_context, create_app
-from tbhub.models import AuditEvent
-from tbhub.settings import Settings
+from tbhub.core.models import AuditEvent
+from tbhub.core.settings import Settings
+from tbhub.serve.app import build_context, create_app
 from tests.forms import form_token
 from tests.test_api import PASSWORD, seed
 

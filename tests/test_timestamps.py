@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from tbhub.timestamps import iso_utc, json_default
+from tbhub.core.timestamps import iso_utc, json_default
 
 
 def test_an_aware_time_in_another_zone_is_written_in_utc_with_z() -> None:

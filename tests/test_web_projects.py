@@ -12,9 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.main import build_context, create_app
-from tbhub.models import (
+from tbhub.core.db import transaction
+from tbhub.core.models import (
     Board,
     DesiredState,
     Membership,
@@ -27,8 +26,9 @@ from tbhub.models import (
     RunSource,
     RunStatus,
 )
-from tbhub.overview import board_state, run_state
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.domain.overview import board_state, run_state
+from tbhub.serve.app import build_context, create_app
 from tests.test_api import seed, sign_in
 
 HTML = {"Accept": "text/html"}

@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import Project, Run, RunSource, RunStatus, RunTag
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import Project, Run, RunSource, RunStatus, RunTag
+from tbhub.core.settings import Settings
 from tbhub.web.runs import TableQuery, board_filter_links
 from tests.test_api import seed, sign_in
 

@@ -18,9 +18,9 @@ import psutil
 import pytest
 import tensorboard
 
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.sample_logs import write_project
-from tbhub.settings import Settings
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.core.settings import Settings
+from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor import forked_board, zygote
 from tbhub.supervisor.backends.launch import ZygoteLauncher
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV, LocalBackend

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from tbhub.timestamps import PATTERN
+from tbhub.core.timestamps import PATTERN
 
 STARTS_WITH_A_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
-from tbhub.models import Role
-from tbhub.projects import set_membership
-from tbhub.sample_logs import write_run
+from tbhub.core.models import Role
+from tbhub.domain.projects import set_membership
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.ui import sign_in

@@ -11,12 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.auth.tokens import create_token
 from tbhub.auth.user_sessions import start_session
-from tbhub.db import transaction
-from tbhub.deps import AppContext
-from tbhub.models import Role, TokenScope
-from tbhub.projects import create_project, set_membership
-from tbhub.settings import Settings
-from tbhub.users import create_user, get_user
+from tbhub.core.db import transaction
+from tbhub.core.models import Role, TokenScope
+from tbhub.core.settings import Settings
+from tbhub.domain.projects import create_project, set_membership
+from tbhub.domain.users import create_user, get_user
+from tbhub.http.deps import AppContext
 
 MEMBERS = {"alice": Role.owner, "bob": Role.editor, "carol": Role.viewer}
 # name -> (user, scope, projects)

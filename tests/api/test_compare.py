@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.errors import InvalidInput
-from tbhub.models import CompareBoard, Role
-from tbhub.projects import create_project, remove_membership, set_membership
+from tbhub.core.db import transaction
+from tbhub.core.errors import InvalidInput
+from tbhub.core.models import CompareBoard, Role
+from tbhub.domain.projects import create_project, remove_membership, set_membership
 from tests.api.conftest import Team
 
 COMPARE = "/api/v1/compare"

@@ -8,7 +8,7 @@ from itertools import count
 import httpx
 import pytest
 
-from tbhub.upload_protocol import content_digest
+from tbhub.core.upload_protocol import content_digest
 from tests.api.conftest import Team
 
 CALLERS = [None, "eve", "carol", "bob", "alice", "root",

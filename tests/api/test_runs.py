@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.jobs.trash import restore
-from tbhub.models import Project, Run
-from tbhub.runs import RunFields, register_run
+from tbhub.core.models import Project, Run
+from tbhub.domain.runs import RunFields, register_run
+from tbhub.housekeeping.trash import restore
 from tests.api.conftest import Team
 
 RUNS = "/api/v1/projects/vision/runs"

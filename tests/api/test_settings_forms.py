@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.models import ApiToken, AuditEvent, Membership
+from tbhub.core.models import ApiToken, AuditEvent, Membership
 from tests.api.conftest import Team
 
 HTML = {"Accept": "text/html"}

@@ -12,9 +12,9 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import Board, Project, Run
-from tbhub.timestamps import PATTERN
+from tbhub.core.db import transaction
+from tbhub.core.models import Board, Project, Run
+from tbhub.core.timestamps import PATTERN
 from tests.api.conftest import Team
 from tests.times import assert_one_format
 

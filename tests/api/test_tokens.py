@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import ApiToken, AuditEvent
+from tbhub.core.db import transaction
+from tbhub.core.models import ApiToken, AuditEvent
 from tests.api.conftest import Team
 
 

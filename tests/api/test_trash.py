@@ -6,9 +6,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import AuditEvent, Role
-from tbhub.projects import create_project, set_membership
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, Role
+from tbhub.domain.projects import create_project, set_membership
 from tests.api.conftest import Team
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tbhub.nginx import find_nginx
-from tbhub.settings import Settings, load_settings
+from tbhub.core.settings import Settings, load_settings
+from tbhub.serve.nginx import find_nginx
 from tests.deploy.sites import DEPLOY, runnable_site
 from tests.e2e.harness import TBHUB, free_port
 

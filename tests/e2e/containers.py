@@ -20,7 +20,7 @@ import docker.errors
 import httpx
 import pytest
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor.backends.containers import INSTALLATION, INSTANCE, remove_installation
 from tbhub.supervisor.board_image import build_board_image
 from tests.e2e.harness import TbhubServer, wait_until

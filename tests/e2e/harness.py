@@ -18,12 +18,12 @@ import psutil
 from sqlalchemy.orm import Session
 
 from tbhub.auth.tokens import create_token
-from tbhub.db import make_engine, make_session_factory, transaction, upgrade
-from tbhub.models import TokenScope
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.projects import create_project
+from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.core.models import TokenScope
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.domain.projects import create_project
+from tbhub.domain.users import create_user, get_user
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
-from tbhub.users import create_user, get_user
 from tests.forms import csrf_header, post_sign_in
 
 TBHUB = str(Path(sys.executable).with_name("tbhub"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from tbhub.models import AuditEvent, Board
+from tbhub.core.models import AuditEvent, Board
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.scripts import write_script
 
@@ -26,7 +26,7 @@ def leaky_tensorboard(server: TbhubServer) -> Path:
 
 
 def board_row(server: TbhubServer, project: str = "vision") -> Board:
-    from tbhub.models import Project
+    from tbhub.core.models import Project
 
     with server.db() as session:
         row = session.scalar(

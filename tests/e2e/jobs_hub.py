@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 
 from tbhub.auth.tokens import create_token
-from tbhub.board_settings import SettingsChange, update_settings
-from tbhub.models import Role, TokenScope
-from tbhub.projects import set_membership
-from tbhub.users import get_user
+from tbhub.core.models import Role, TokenScope
+from tbhub.domain.projects import set_membership
+from tbhub.domain.users import get_user
+from tbhub.supervisor.board_settings import SettingsChange, update_settings
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 
 

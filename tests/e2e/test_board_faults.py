@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from tbhub.processes import ProcessRef
-from tbhub.sample_logs import write_project
+from tbhub.core.processes import ProcessRef
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import JSON, board_row, restart_reasons
 from tests.e2e.test_boards import wait_for_board

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 from tests.e2e.test_boards import JSON, wait_for_board
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import JSON
 

@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tbhub.sample_logs import scalar_value, write_project
-from tbhub.security_headers import BOARD_CSP
+from tbhub.http.security_headers import BOARD_CSP
+from tbhub.storage.sample_logs import scalar_value, write_project
 from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
 from tests.forms import form_token

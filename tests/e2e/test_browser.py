@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from playwright.sync_api import Browser
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 
 

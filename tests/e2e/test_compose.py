@@ -25,8 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tbhub.sample_logs import write_project
-from tbhub.stack_images import build_stack_images
+from tbhub.artifacts.stack_images import build_stack_images
+from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor.backends.containers import INSTALLATION, PROJECT
 from tests.deploy.sites import self_signed
 from tests.e2e.containers import remove_labelled

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tbhub.sample_logs import write_run
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
 
 POLL = 1.0

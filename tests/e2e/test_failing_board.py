@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from tbhub.models import Board, ObservedState
+from tbhub.core.models import Board, ObservedState
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.scripts import write_script
 

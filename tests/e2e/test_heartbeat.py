@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
 from tests.e2e.test_boards import wait_for_board
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 
-from tbhub.models import Board, DesiredState, Project
-from tbhub.sample_logs import write_project
+from tbhub.core.models import Board, DesiredState, Project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import JSON, board_row
 from tests.e2e.test_boards import wait_for_board
@@ -71,7 +71,7 @@ def test_budget_stops_the_least_recently_used_idle_board_then_says_no_capacity(
     projects = {g.split("-")[0] for g in board_groups(server)}
     assert projects == {"two", "three"}
     with server.db() as session:
-        from tbhub.models import AuditEvent
+        from tbhub.core.models import AuditEvent
 
         evictions = session.scalars(select(AuditEvent.target).where(
             AuditEvent.action == "board.evict")).all()  # fmt: skip

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import psutil
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, board_processes
 from tests.e2e.healing import (
     JSON,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from playwright.sync_api import Browser
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 from tests.oidc_provider import CLIENT_ID, CLIENT_SECRET, oidc_provider
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tbhub.auth.permissions import ACCESS_CACHE_SECONDS
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.conftest import TEST_SECRET
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import wait_for_board

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tbhub.sample_logs import write_run
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
 
 JSON = {"Accept": "application/json"}

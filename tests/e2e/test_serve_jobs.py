@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tbhub.sample_logs import write_run
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
 
 

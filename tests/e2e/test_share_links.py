@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import httpx
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import JSON
 

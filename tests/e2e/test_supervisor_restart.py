@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import psutil
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV
 from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, board_processes, wait_until

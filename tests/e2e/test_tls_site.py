@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from tbhub.nginx import find_nginx
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.sample_logs import write_project
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.serve.nginx import find_nginx
+from tbhub.storage.sample_logs import write_project
 from tests.deploy.sites import runnable_site
 from tests.e2e.harness import TbhubServer, free_port, wait_until
 from tests.e2e.test_boards import wait_for_board

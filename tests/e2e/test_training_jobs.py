@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tbhub.sample_logs import scalar_value, write_run
-from tbhub.timestamps import PATTERN
+from tbhub.core.timestamps import PATTERN
+from tbhub.storage.sample_logs import scalar_value, write_run
 from tests.e2e.harness import TBHUB
 from tests.e2e.jobs_hub import Hub, board_scalars
 
@@ -29,7 +29,7 @@ def expected_scalars(steps: int) -> list[tuple[int, float]]:
 
 
 WRITE_EVENTS = (
-    "import os, pathlib; from tbhub.sample_logs import write_run; "
+    "import os, pathlib; from tbhub.storage.sample_logs import write_run; "
     "write_run(pathlib.Path(os.environ['TBHUB_LOGDIR']), steps=5, tags=1)"
 )
 
@@ -155,7 +155,7 @@ def test_tbhub_run_with_an_unknown_command_registers_nothing_running(hub: Hub) -
 CLIENT_SCRIPT = """
 import os, pathlib, signal, sys
 from tbhub.client import Run
-from tbhub.sample_logs import write_run
+from tbhub.storage.sample_logs import write_run
 mode = sys.argv[1]
 with Run("vision", "client-" + mode, hparams={"lr": 0.5, "amp": True}) as run:
     print(run.id if run.active else "inactive", flush=True)

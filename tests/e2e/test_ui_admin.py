@@ -14,7 +14,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tbhub.sample_logs import write_project, write_run
+from tbhub.storage.sample_logs import write_project, write_run
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import Load
 from tests.e2e.test_boards import wait_for_board

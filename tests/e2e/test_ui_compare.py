@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import Browser, expect
 from sqlalchemy import select
 
-from tbhub.models import Project, Role, Run
-from tbhub.projects import remove_membership, set_membership
-from tbhub.sample_logs import write_project
+from tbhub.core.models import Project, Role, Run
+from tbhub.domain.projects import remove_membership, set_membership
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TBHUB, TbhubServer, board_processes, wait_until
 from tests.e2e.ui import check_page, screenshot, sign_in
 

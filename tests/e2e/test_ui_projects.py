@@ -21,9 +21,9 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tbhub.models import PinnedRun, Role
-from tbhub.projects import set_membership
-from tbhub.sample_logs import write_run
+from tbhub.core.models import PinnedRun, Role
+from tbhub.domain.projects import set_membership
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.ui import check_page, screenshot, sign_in
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tbhub.models import Role
-from tbhub.projects import set_membership
-from tbhub.sample_logs import write_project, write_run
-from tbhub.templating import size as human_size
+from tbhub.core.models import Role
+from tbhub.domain.projects import set_membership
+from tbhub.http.templating import size as human_size
+from tbhub.storage.sample_logs import write_project, write_run
 from tests.e2e.harness import TBHUB, TbhubServer
 from tests.e2e.ui import check_page, screenshot, sign_in, signed_in
 from tests.forms import form_token

@@ -27,11 +27,11 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tbhub.client.upload import Uploader
-from tbhub.models import RetentionOverride
-from tbhub.projects import get_project
-from tbhub.sample_logs import scalar_value, write_run
-from tbhub.tfrecord import framed
-from tbhub.upload_protocol import content_digest
+from tbhub.core.models import RetentionOverride
+from tbhub.core.upload_protocol import content_digest
+from tbhub.domain.projects import get_project
+from tbhub.storage.sample_logs import scalar_value, write_run
+from tbhub.storage.tfrecord import framed
 from tests.conftest import empty_database
 from tests.e2e.conftest import E2E_DATABASES
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until

@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import psutil
 
-from tbhub.processes import ProcessRef, stop_group
-from tbhub.sample_logs import scalar_value, write_project
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.storage.sample_logs import scalar_value, write_project
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import JSON, wait_for_board
 from tests.e2e.test_supervisor_restart import board_groups, gone

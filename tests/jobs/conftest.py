@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.projects import create_project
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.settings import Settings
+from tbhub.domain.projects import create_project
 
 EVENTS = "events.out.tfevents.1700000000.host"
 MakeRun = Callable[..., Path]

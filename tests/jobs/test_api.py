@@ -10,10 +10,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.jobs import backup
-from tbhub.models import AuditEvent, BackupRun
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, BackupRun
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import backup
 from tests.jobs.conftest import EVENTS, fill_storage
 from tests.jobs.test_backup import closed_port
 from tests.test_api import seed, sign_in

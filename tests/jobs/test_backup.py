@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.errors import ConfigError, InvalidInput, NotFound
-from tbhub.jobs import backup
-from tbhub.jobs.snapshots import classify, parse_name, snapshot_name
-from tbhub.jobs.targets import Target, TargetUnreachable
-from tbhub.models import AuditEvent, BackupRun
-from tbhub.settings import Settings
+from tbhub.core.errors import ConfigError, InvalidInput, NotFound
+from tbhub.core.models import AuditEvent, BackupRun
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import backup
+from tbhub.housekeeping.snapshots import classify, parse_name, snapshot_name
+from tbhub.housekeeping.targets import Target, TargetUnreachable
 from tests.jobs.conftest import fill_storage, tree_digest
 
 runner = CliRunner()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.jobs import backup
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import backup
 from tests.jobs.conftest import fill_storage, tree_digest
 from tests.jobs.test_backup import age_by_a_day
 

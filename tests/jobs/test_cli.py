@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tests.jobs.conftest import MakeRun
 from tests.times import assert_one_format
 

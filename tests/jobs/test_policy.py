@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tbhub.errors import InvalidInput
-from tbhub.jobs.policy import Policy, check_overrides, merge, plan_project
-from tbhub.jobs.scan import RunInfo
+from tbhub.core.errors import InvalidInput
+from tbhub.domain.retention_policy import Policy, check_overrides, merge, plan_project
+from tbhub.storage.scan import RunInfo
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

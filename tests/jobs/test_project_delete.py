@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.jobs import trash
-from tbhub.models import Membership, Project, ShareLink, TrashEntry
-from tbhub.settings import Settings
+from tbhub.core.models import Membership, Project, ShareLink, TrashEntry
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import trash
 from tests.jobs.conftest import MakeRun, tree_digest
 from tests.test_api import seed, sign_in
 

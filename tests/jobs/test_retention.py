@@ -12,14 +12,14 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.errors import AlreadyExists
-from tbhub.jobs import retention, trash
-from tbhub.jobs.config import trash_root
-from tbhub.jobs.manifest import parse_lines
-from tbhub.jobs.scan import scan_project
-from tbhub.models import AuditEvent, TrashEntry
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.errors import AlreadyExists
+from tbhub.core.models import AuditEvent, TrashEntry
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import retention, trash
+from tbhub.housekeeping.config import trash_root
+from tbhub.housekeeping.manifest import parse_lines
+from tbhub.storage.scan import scan_project
 from tests.jobs.conftest import EVENTS, MakeRun, tree_digest
 
 
@@ -218,7 +218,7 @@ def test_a_run_written_after_the_plan_is_left_alone(
 def test_plan_over_several_projects_scans_each_one(
     factory: sessionmaker[Session], jobs_settings: Settings, project: str, make_run: MakeRun
 ) -> None:
-    from tbhub.projects import create_project
+    from tbhub.domain.projects import create_project
 
     with transaction(factory) as session:
         for name in ("audio", "text"):
@@ -237,7 +237,7 @@ def test_plan_from_a_threaded_server_scans_in_spawned_workers(
 ) -> None:
     import threading
 
-    from tbhub.projects import create_project
+    from tbhub.domain.projects import create_project
 
     with transaction(factory) as session:
         create_project(session, name="audio", storage_root=jobs_settings.storage, owner=None,

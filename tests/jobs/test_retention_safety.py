@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.errors import ConfigError
-from tbhub.jobs import archive, retention, trash
-from tbhub.jobs.config import trash_root
-from tbhub.jobs.fsops import remove_tree
-from tbhub.models import TrashEntry
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.errors import ConfigError
+from tbhub.core.models import TrashEntry
+from tbhub.core.settings import Settings
+from tbhub.housekeeping import archive, retention, trash
+from tbhub.housekeeping.config import trash_root
+from tbhub.storage.fsops import remove_tree
 from tests.jobs.conftest import MakeRun, tree_digest
 
 
@@ -197,9 +197,9 @@ def test_crash_after_archiving_deletes_the_staged_copy_once(
 
 APPLY_SCRIPT = """
 import sys
-from tbhub.db import make_engine, make_session_factory
-from tbhub.jobs import retention
-from tbhub.settings import Settings
+from tbhub.core.db import make_engine, make_session_factory
+from tbhub.housekeeping import retention
+from tbhub.core.settings import Settings
 settings = Settings(data_dir=sys.argv[1], storage_root=sys.argv[2], database_url=sys.argv[3],
                     retention_max_age_days=30, retention_active_minutes=0)
 factory = make_session_factory(make_engine(settings.db_url))

@@ -8,13 +8,13 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.jobs import retention, trash
-from tbhub.jobs.runner import JobRunner, start_jobs
-from tbhub.models import BackupRun, TrashEntry
-from tbhub.settings import Settings
-from tbhub.storage.run_sink import DatabaseRunSink
-from tbhub.storage.watcher import StorageWatcher
+from tbhub.core.db import transaction
+from tbhub.core.models import BackupRun, TrashEntry
+from tbhub.core.settings import Settings
+from tbhub.domain.run_sink import DatabaseRunSink
+from tbhub.domain.watcher import StorageWatcher
+from tbhub.housekeeping import retention, trash
+from tbhub.housekeeping.runner import JobRunner, start_jobs
 from tests.jobs.conftest import MakeRun, fill_storage
 
 

@@ -15,7 +15,7 @@ from tests.e2e.harness import wait_until
 
 PARENT = """
 import os, sys, time
-from tbhub.jobs.scan import worker_pool
+from tbhub.storage.scan import worker_pool
 pool = worker_pool(2)
 assert pool.submit(os.getpid).result() != os.getpid()
 print("ready", flush=True)

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app
-from tbhub.models import BackupRun
-from tbhub.settings import Settings
-from tbhub.shared_settings import record
+from tbhub.core.models import BackupRun
+from tbhub.core.settings import Settings
+from tbhub.serve.shared_settings import record
 from tests.conftest import TEST_SECRET
 from tests.jobs.conftest import fill_storage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tbhub.jobs.snapshots import classify, parse_name, snapshot_name, to_keep
+from tbhub.housekeeping.snapshots import classify, parse_name, snapshot_name, to_keep
 
 
 def test_names_are_utc_timestamps_that_sort_by_time() -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.main import build_context, create_app
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.serve.app import build_context, create_app
 from tests.test_api import seed, sign_in
 
 HTML = {"Accept": "text/html"}

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.auth.csrf import UNSAFE_METHODS
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
+from tbhub.http.csrf import UNSAFE_METHODS
 from tests.test_api import seed, sign_in
 from tests.test_input_bounds import full_spec, resolve
 

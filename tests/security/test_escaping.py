@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.errors import InvalidInput
-from tbhub.names import check_project_name, check_team_name, check_user_name
-from tbhub.settings import Settings
+from tbhub.core.errors import InvalidInput
+from tbhub.core.names import check_project_name, check_team_name, check_user_name
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 
 PAYLOAD = "<script>alert(1)</script>"

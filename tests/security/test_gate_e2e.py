@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tbhub.sample_logs import write_project
+from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 from tests.e2e.test_boards import JSON, wait_for_board
 

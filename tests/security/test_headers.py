@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tbhub.security_headers import PAGE_CSP
+from tbhub.http.security_headers import PAGE_CSP
 
 
 def test_pages_and_api_answers_carry_a_strict_csp_and_no_sniffing(client: TestClient) -> None:

@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tbhub.web.pages import safe_next
 from tests.forms import form_token
 from tests.test_api import PASSWORD, seed

@@ -16,16 +16,16 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import request_board
-from tbhub.db import transaction
-from tbhub.errors import UnsafePath
-from tbhub.jobs import backup, retention
-from tbhub.models import Board, Project, Role
-from tbhub.projects import create_project, set_membership
-from tbhub.sample_logs import write_run
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.errors import UnsafePath
+from tbhub.core.models import Board, Project, Role
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import request_board
+from tbhub.domain.projects import create_project, set_membership
+from tbhub.domain.watcher import StorageWatcher
+from tbhub.housekeeping import backup, retention
 from tbhub.storage.paths import project_dir
-from tbhub.storage.watcher import StorageWatcher
+from tbhub.storage.sample_logs import write_run
 from tests.api.conftest import Team, team  # noqa: F401 - the fixture, by name
 from tests.scripts import idle_supervisor
 from tests.storage.test_watcher import RecordingSink

@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.models import AuditEvent
-from tbhub.nginx import render_config
-from tbhub.proxy_hop import HOP_HEADER, hop_key
-from tbhub.settings import Settings
+from tbhub.core.models import AuditEvent
+from tbhub.core.settings import Settings
+from tbhub.http.proxy_hop import HOP_HEADER, hop_key
+from tbhub.serve.nginx import render_config
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.forms import form_token
 from tests.test_nginx_config import make_settings

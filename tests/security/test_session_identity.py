@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.tokens import create_token
-from tbhub.db import transaction
-from tbhub.main import build_context, create_app
-from tbhub.models import ApiToken, CompareBoard, Project, Role, ShareLink, TokenScope, User
-from tbhub.projects import create_project, set_membership
-from tbhub.settings import Settings
-from tbhub.users import create_user, delete_user, get_user, set_disabled
+from tbhub.core.db import transaction
+from tbhub.core.models import ApiToken, CompareBoard, Project, Role, ShareLink, TokenScope, User
+from tbhub.core.settings import Settings
+from tbhub.domain.projects import create_project, set_membership
+from tbhub.domain.users import create_user, delete_user, get_user, set_disabled
+from tbhub.serve.app import build_context, create_app
 from tests.forms import form_token
 from tests.test_api import PASSWORD
 from tests.test_api import sign_in as form_sign_in

@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.models import AuditEvent, ShareLink
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.models import AuditEvent, ShareLink
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 
 LINKS = "/api/v1/projects/vision/share-links"

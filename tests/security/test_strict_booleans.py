@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tests.test_api import seed, sign_in
 
 NOT_BOOLEANS = ("yes", "true", "1", 1, 0, "on", "off", "false")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.errors import ConfigError, UnsafePath
+from tbhub.core.errors import ConfigError, UnsafePath
 from tbhub.storage.compare_view import ViewRun, remove_views, sync_view
 
 SLUG = "cmp-0123456789ab"

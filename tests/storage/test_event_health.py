@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.sample_logs import write_run
 from tbhub.storage.event_health import FramingWatch, Healer
+from tbhub.storage.sample_logs import write_run
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.jobs.scan import RunInfo
-from tbhub.models import Run, RunSource, RunStatus
-from tbhub.projects import create_project, get_project
-from tbhub.runs import RunFields, register_run
-from tbhub.settings import Settings
-from tbhub.storage.run_sink import DatabaseRunSink
-from tbhub.storage.watcher import ProjectChanges
+from tbhub.core.db import transaction
+from tbhub.core.models import Run, RunSource, RunStatus
+from tbhub.core.settings import Settings
+from tbhub.domain.projects import create_project, get_project
+from tbhub.domain.run_sink import DatabaseRunSink
+from tbhub.domain.runs import RunFields, register_run
+from tbhub.domain.watcher import ProjectChanges
+from tbhub.storage.scan import RunInfo
 
 T0 = 1_700_000_000.0
 

@@ -13,16 +13,16 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.db import transaction
-from tbhub.jobs import retention
-from tbhub.jobs.scan import RunInfo
-from tbhub.models import Run, RunSource
-from tbhub.projects import create_project, get_project
-from tbhub.runs import RunFields, register_run
-from tbhub.sample_logs import write_run
-from tbhub.settings import Settings
-from tbhub.storage.run_sink import DatabaseRunSink
-from tbhub.storage.watcher import ProjectChanges, StorageWatcher
+from tbhub.core.db import transaction
+from tbhub.core.models import Run, RunSource
+from tbhub.core.settings import Settings
+from tbhub.domain.projects import create_project, get_project
+from tbhub.domain.run_sink import DatabaseRunSink
+from tbhub.domain.runs import RunFields, register_run
+from tbhub.domain.watcher import ProjectChanges, StorageWatcher
+from tbhub.housekeeping import retention
+from tbhub.storage.sample_logs import write_run
+from tbhub.storage.scan import RunInfo
 from tests.e2e.harness import wait_until
 
 SUBTREES = [("train", "val"), ("lightning_logs/version_0",), ("uploaded/a/b", "uploaded/c")]

@@ -17,10 +17,10 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from tbhub.errors import NameTooLong, OffsetMismatch, UnsafePath
+from tbhub.core.errors import NameTooLong, OffsetMismatch, UnsafePath
+from tbhub.core.upload_protocol import MAX_NAME_BYTES, check_upload_path, hidden_name
+from tbhub.storage.tfrecord import chunk_ends, framed
 from tbhub.storage.uploads import append_chunk, file_state, list_files
-from tbhub.tfrecord import chunk_ends, framed
-from tbhub.upload_protocol import MAX_NAME_BYTES, check_upload_path, hidden_name
 from tests.storage.test_upload_store import EVENTS, no_limit, put
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+from tbhub.core.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+from tbhub.core.upload_protocol import check_upload_path
+from tbhub.storage.tfrecord import framed
 from tbhub.storage.uploads import append_chunk, file_state, list_files
-from tbhub.tfrecord import framed
-from tbhub.upload_protocol import check_upload_path
 
 EVENTS = "events.out.tfevents.1700000000.host.1.0"
 ABC, DEF = framed(b"abc"), framed(b"def")  # whole TFRecord records, as event files hold

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.jobs.scan import RunInfo
-from tbhub.sample_logs import write_run
-from tbhub.storage.watcher import ProjectChanges, StorageWatcher, WatchMode
+from tbhub.domain.watcher import ProjectChanges, StorageWatcher, WatchMode
+from tbhub.storage.sample_logs import write_run
+from tbhub.storage.scan import RunInfo
 from tests.e2e.harness import wait_until
 
 POLL = 0.3

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tbhub.jobs.scan import RunInfo, ScanItem, scan_projects
-from tbhub.sample_logs import write_run
-from tbhub.storage import watcher as watcher_module
-from tbhub.storage.watcher import StorageWatcher
+from tbhub.domain import watcher as watcher_module
+from tbhub.domain.watcher import StorageWatcher
+from tbhub.storage.sample_logs import write_run
+from tbhub.storage.scan import RunInfo, ScanItem, scan_projects
 from tests.storage.test_watcher import RecordingSink
 
 POLL = 1.0

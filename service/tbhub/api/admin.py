@@ -11,10 +11,10 @@ from typing import Any
 from fastapi import APIRouter
 
 from tbhub.auth.caller import require_admin
-from tbhub.board_settings import describe_boards
-from tbhub.deps import CallerDep, ContextDep, SessionDep
-from tbhub.jobs.backup import backup_status
-from tbhub.storage.report import storage_report
+from tbhub.housekeeping.backup import backup_status
+from tbhub.housekeeping.storage_report import storage_report
+from tbhub.http.deps import CallerDep, ContextDep, SessionDep
+from tbhub.supervisor.board_settings import describe_boards
 
 router = APIRouter(prefix="/api/v1", tags=["admin"])
 

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from tbhub import audit
-from tbhub.bounds import INT32_MAX, PROJECT_NAME_MAX, USER_NAME_MAX
-from tbhub.deps import CurrentUser, SessionDep
-from tbhub.errors import Forbidden
+from tbhub.core.bounds import INT32_MAX, PROJECT_NAME_MAX, USER_NAME_MAX
+from tbhub.core.errors import Forbidden
+from tbhub.domain import audit
+from tbhub.http.deps import CurrentUser, SessionDep
 
 router = APIRouter(prefix="/api/v1", tags=["audit"])
 

@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from tbhub.api.board_gate import Verdict, judge_user, readable_board, viewer_session
 from tbhub.auth.compare_access import board_projects
-from tbhub.auth.csrf import binding_of
-from tbhub.boards import BoardRef
-from tbhub.deps import ContextDep, ProjectInPath, SessionDep
-from tbhub.models import CompareBoard, CompareRun, RetentionState, Run, User
+from tbhub.core.models import CompareBoard, CompareRun, RetentionState, Run, User
+from tbhub.domain.boards import BoardRef
+from tbhub.http.csrf import binding_of
+from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.paths import project_path
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])

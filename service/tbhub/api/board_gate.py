@@ -21,17 +21,17 @@ from tbhub.api.board_waiting import not_serving_answer
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
-from tbhub.boards import BoardRef, BoardView
-from tbhub.deps import (
+from tbhub.core.errors import AmbiguousSession, NotAuthenticated, NotFound, UnsafePath
+from tbhub.core.names import is_compare_slug
+from tbhub.domain.boards import BoardRef, BoardView, auth_cache_seconds
+from tbhub.http.deps import (
     AppContext,
     ContextDep,
     ProjectInPath,
     session_is_current,
     signed_in_session,
 )
-from tbhub.errors import AmbiguousSession, NotAuthenticated, NotFound, UnsafePath
-from tbhub.http_errors import wants_html
-from tbhub.names import is_compare_slug
+from tbhub.http.http_errors import wants_html
 
 router = APIRouter(include_in_schema=False)
 
@@ -46,14 +46,6 @@ BOARD_PATH = re.compile(BOARD_PATH_REGEX)
 UNSAFE_BOARD_PATH_REGEX = r"^[^?]*(?:/\.\.?(?:[/?]|$)|//|%2e|%2f|%5c|%00|\\)"
 UNSAFE_BOARD_PATH = re.compile(UNSAFE_BOARD_PATH_REGEX, re.IGNORECASE)
 ORIGINAL_URI = "x-tbhub-original-uri"
-# nginx caches a "go to this board" answer this long (seconds); starting answers not at all.
-AUTH_CACHE_SECONDS = 5
-
-
-def auth_cache_seconds(idle_timeout: float) -> int:
-    """How long nginx may reuse a "let in" answer. Cached answers hide accesses from the
-    idle culler, so the cache lasts at most a quarter of the idle timeout."""
-    return max(1, min(AUTH_CACHE_SECONDS, int(idle_timeout / 4)))
 
 
 class Verdict(enum.Enum):

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
-from tbhub.boards import BoardView
-from tbhub.templating import render
+from tbhub.domain.boards import BoardView
+from tbhub.http.templating import render
 
 RETRY_AFTER_SECONDS = 2
 # With no room for a board, asking again every 2 s would only load the control plane.

@@ -11,7 +11,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from tbhub.auth.caller import require_project
-from tbhub.board_settings import (
+from tbhub.core.models import Role
+from tbhub.domain.projects import get_project
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
+from tbhub.supervisor.board_settings import (
     MAX_MEMORY_LIMIT,
     MAX_RELOAD_INTERVAL,
     SAMPLES_PER_PLUGIN,
@@ -22,9 +25,6 @@ from tbhub.board_settings import (
     request_stop,
     update_settings,
 )
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
-from tbhub.models import Role
-from tbhub.projects import get_project
 
 router = APIRouter(prefix="/api/v1/projects/{name}/board", tags=["boards"])
 

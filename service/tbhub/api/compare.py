@@ -9,8 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tbhub.auth.caller import Caller
 from tbhub.auth.permissions import AccessCache
-from tbhub.bounds import NoControls
-from tbhub.compare import (
+from tbhub.core.bounds import NoControls
+from tbhub.core.models import CompareBoard, RetentionState, RunStatus
+from tbhub.core.timestamps import Timestamp
+from tbhub.domain.compare import (
     MAX_RUNS,
     board_run_name,
     create_compare,
@@ -20,10 +22,8 @@ from tbhub.compare import (
     readable,
     rename_compare,
 )
-from tbhub.deps import CallerDep, ContextDep, SessionDep
-from tbhub.models import CompareBoard, RetentionState, RunStatus
+from tbhub.http.deps import CallerDep, ContextDep, SessionDep
 from tbhub.supervisor.plan import board_prefix
-from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["compare"])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from tbhub.auth.csrf import binding_of
-from tbhub.deps import ContextDep, CurrentUser
+from tbhub.http.csrf import binding_of
+from tbhub.http.deps import ContextDep, CurrentUser
 
 router = APIRouter(prefix="/api/v1", tags=["session"])
 

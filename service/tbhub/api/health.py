@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from tbhub.deps import ContextDep
+from tbhub.http.deps import ContextDep
 
 router = APIRouter(tags=["health"])
 

@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict
 
-from tbhub import teams
 from tbhub.auth.caller import require_project
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep, UserNameInPath
-from tbhub.models import Role
-from tbhub.projects import list_members, remove_membership, set_membership
+from tbhub.core.models import Role
+from tbhub.domain import teams
+from tbhub.domain.projects import list_members, remove_membership, set_membership
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep, UserNameInPath
 
 router = APIRouter(prefix="/api/v1", tags=["members"])
 

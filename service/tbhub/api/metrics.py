@@ -8,11 +8,11 @@ import time
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
-from tbhub.board_settings import board_rows
-from tbhub.deps import ContextDep, SessionDep
-from tbhub.jobs.backup import last_runs, recovery_point_age
-from tbhub.jobs.trash import trash_totals
-from tbhub.models import ObservedState, RestartReason
+from tbhub.core.models import ObservedState, RestartReason
+from tbhub.housekeeping.backup import last_runs, recovery_point_age
+from tbhub.housekeeping.trash import trash_totals
+from tbhub.http.deps import ContextDep, SessionDep
+from tbhub.supervisor.board_settings import board_rows
 from tbhub.supervisor.metrics import board_lines
 
 router = APIRouter(tags=["health"])

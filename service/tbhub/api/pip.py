@@ -10,9 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from fastapi.responses import FileResponse, HTMLResponse
 
-from tbhub.client_dist import PipFiles
-from tbhub.deps import ContextDep
-from tbhub.errors import NotFound
+from tbhub.artifacts.client_dist import PipFiles
+from tbhub.core.errors import NotFound
+from tbhub.http.deps import ContextDep
 
 router = APIRouter(prefix="/pip", include_in_schema=False)
 WheelName = Annotated[str, Path(max_length=200, pattern=r"^[A-Za-z0-9_.+-]+\.whl$")]

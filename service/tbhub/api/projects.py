@@ -13,16 +13,16 @@ from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import Caller, effective_role, require_project
 from tbhub.auth.permissions import Access
-from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, USER_NAME_MAX
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
-from tbhub.errors import NotFound
-from tbhub.jobs import retention
-from tbhub.models import Board, Project, Role, Run, RunStatus, User
-from tbhub.overview import board_detail, board_state, run_state
-from tbhub.projects import add_project, visible_projects
+from tbhub.core.bounds import INT64_MAX, PROJECT_NAME_MAX, USER_NAME_MAX
+from tbhub.core.errors import NotFound
+from tbhub.core.models import Board, Project, Role, Run, RunStatus, User
+from tbhub.core.timestamps import Timestamp
+from tbhub.domain.overview import board_detail, board_state, run_state
+from tbhub.domain.projects import add_project, visible_projects
+from tbhub.housekeeping import retention
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.paths import project_path, project_problem
 from tbhub.supervisor.plan import board_prefix
-from tbhub.timestamps import Timestamp
 
 router = APIRouter(prefix="/api/v1", tags=["projects"])
 

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tbhub.auth.caller import require_admin, require_project
-from tbhub.bounds import INT32_MAX, ByteCount, Count, Days, Minutes, RunPath
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, RunPathInPath, SessionDep
-from tbhub.jobs import retention, trash
-from tbhub.models import Role
-from tbhub.timestamps import Timestamp
+from tbhub.core.bounds import INT32_MAX, ByteCount, Count, Days, Minutes, RunPath
+from tbhub.core.models import Role
+from tbhub.core.timestamps import Timestamp
+from tbhub.domain.retention_policy import default_policy
+from tbhub.housekeeping import retention, trash
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, RunPathInPath, SessionDep
 
 router = APIRouter(prefix="/api/v1", tags=["retention"])
 
@@ -41,7 +42,7 @@ class PinIn(BaseModel):
 def get_default(caller: CallerDep, context: ContextDep) -> dict[str, Any]:
     """The global default policy (from the settings)."""
     require_admin(caller, "see the global retention default")
-    return retention.default_policy(context.settings).as_dict()
+    return default_policy(context.settings).as_dict()
 
 
 @router.get("/projects/{name}/retention")

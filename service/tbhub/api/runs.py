@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from tbhub.auth.caller import require_project
-from tbhub.bounds import (
+from tbhub.core.bounds import (
     INT64_MAX,
     RUN_GROUP_MAX,
     TAG_MAX,
@@ -24,11 +24,11 @@ from tbhub.bounds import (
     ShortText,
     Tag,
 )
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
-from tbhub.errors import AlreadyExists, InvalidInput
-from tbhub.jobs.trash import trash_run
-from tbhub.models import RetentionState, Role, Run, RunStatus
-from tbhub.runs import (
+from tbhub.core.errors import AlreadyExists, InvalidInput
+from tbhub.core.models import RetentionState, Role, Run, RunStatus
+from tbhub.core.settings import Settings
+from tbhub.core.timestamps import Timestamp
+from tbhub.domain.runs import (
     RunFields,
     RunFilter,
     get_run,
@@ -38,8 +38,8 @@ from tbhub.runs import (
     update_run,
     upload_url,
 )
-from tbhub.settings import Settings
-from tbhub.timestamps import Timestamp
+from tbhub.housekeeping.trash import trash_run
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 

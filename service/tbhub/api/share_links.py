@@ -10,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tbhub.auth import share_links
 from tbhub.auth.caller import require_project
-from tbhub.bounds import INT32_MAX
-from tbhub.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
-from tbhub.models import Role
+from tbhub.core.bounds import INT32_MAX
+from tbhub.core.models import Role
+from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 
 router = APIRouter(prefix="/api/v1", tags=["share links"])
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from tbhub import teams
 from tbhub.api.users import require_admin
-from tbhub.deps import ContextDep, CurrentUser, SessionDep, UserNameInPath
+from tbhub.domain import teams
+from tbhub.http.deps import ContextDep, CurrentUser, SessionDep, UserNameInPath
 
 router = APIRouter(prefix="/api/v1", tags=["teams"])
 TeamInPath = Annotated[str, Path(min_length=1, max_length=64)]

@@ -25,12 +25,12 @@ from tbhub.auth.tokens import (
     revoke_token,
     token_summary,
 )
-from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, TokenName
-from tbhub.deps import CallerDep, ContextDep, SessionDep
-from tbhub.errors import Forbidden
-from tbhub.models import ApiToken, Role, TokenScope, User
-from tbhub.projects import visible_projects
-from tbhub.timestamps import Timestamp
+from tbhub.core.bounds import INT64_MAX, PROJECT_NAME_MAX, TokenName
+from tbhub.core.errors import Forbidden
+from tbhub.core.models import ApiToken, Role, TokenScope, User
+from tbhub.core.timestamps import Timestamp
+from tbhub.domain.projects import visible_projects
+from tbhub.http.deps import CallerDep, ContextDep, SessionDep
 
 router = APIRouter(prefix="/api/v1", tags=["tokens"])
 

@@ -24,24 +24,9 @@ from starlette.convertors import PathConvertor, register_url_convertor
 
 from tbhub.api.runs import RunId
 from tbhub.auth.caller import require_project
-from tbhub.deps import (
-    AppContext,
-    ContextDep,
-    ProjectInPath,
-    bearer_scheme,
-    cookie_scheme,
-    get_caller,
-    get_optional_caller,
-)
-from tbhub.errors import AlreadyExists, BadRequest, OffsetMismatch, TooLarge
-from tbhub.http_errors import error_response
-from tbhub.jobs.retention import load_policies
-from tbhub.models import RetentionState, Role
-from tbhub.runs import get_run
-from tbhub.storage import receive
-from tbhub.storage.receive import UploadTarget
-from tbhub.storage.uploads import FileState
-from tbhub.upload_protocol import (
+from tbhub.core.errors import AlreadyExists, BadRequest, OffsetMismatch, TooLarge
+from tbhub.core.models import RetentionState, Role
+from tbhub.core.upload_protocol import (
     COMPLETE_HEADER,
     MAX_PATH_BYTES,
     OFFSET_HEADER,
@@ -50,6 +35,21 @@ from tbhub.upload_protocol import (
     parse_complete,
     parse_offset,
 )
+from tbhub.domain.runs import get_run
+from tbhub.housekeeping.retention import load_policies
+from tbhub.http.deps import (
+    AppContext,
+    ContextDep,
+    ProjectInPath,
+    bearer_scheme,
+    cookie_scheme,
+    get_caller,
+    get_optional_caller,
+)
+from tbhub.http.http_errors import error_response
+from tbhub.storage import receive
+from tbhub.storage.receive import UploadTarget
+from tbhub.storage.uploads import FileState
 
 
 class AnyPathConvertor(PathConvertor):

@@ -9,11 +9,13 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from tbhub import users
 from tbhub.auth.caller import require_admin as require_admin_caller
 from tbhub.auth.passwords import verify_password
-from tbhub.bounds import PASSWORD_MAX, USER_NAME_MAX
-from tbhub.deps import (
+from tbhub.core.bounds import PASSWORD_MAX, USER_NAME_MAX
+from tbhub.core.errors import Forbidden, InvalidInput, NotAuthenticated
+from tbhub.core.models import User
+from tbhub.domain import users
+from tbhub.http.deps import (
     CallerDep,
     ContextDep,
     CurrentUser,
@@ -21,8 +23,6 @@ from tbhub.deps import (
     UserNameInPath,
     set_session_cookie,
 )
-from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated
-from tbhub.models import User
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 

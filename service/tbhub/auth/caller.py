@@ -20,9 +20,9 @@ from starlette.datastructures import QueryParams
 
 from tbhub.auth.permissions import Access, AccessCache
 from tbhub.auth.tokens import MINT_HINT, TokenGrant
-from tbhub.errors import BadRequest, Forbidden, NotAuthenticated, NotFound
-from tbhub.models import ApiToken, Role, User
-from tbhub.names import check_project_name
+from tbhub.core.errors import BadRequest, Forbidden, NotAuthenticated, NotFound
+from tbhub.core.models import ApiToken, Role, User
+from tbhub.core.names import check_project_name
 
 # Query parameters a client might put a token in; tokens in URLs end up in logs.
 URL_TOKEN_PARAMS = frozenset({"token", "access_token", "api_key", "apikey", "bearer"})

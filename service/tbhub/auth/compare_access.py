@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.ttl_cache import TtlCache
-from tbhub.models import CompareBoard, CompareRun, Project, Run
-from tbhub.names import is_compare_slug
+from tbhub.core.models import CompareBoard, CompareRun, Project, Run
+from tbhub.core.names import is_compare_slug
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from tbhub.auth.sessions import Signer
 
 if TYPE_CHECKING:
     from authlib.integrations.httpx_client import OAuth2Client
-from tbhub.errors import ConfigError, NotAuthenticated
+from tbhub.core.errors import ConfigError, NotAuthenticated
 
 PENDING_COOKIE = "tbhub_oidc"
 PENDING_MAX_AGE = 600  # seconds a sign-in at the provider may take

@@ -7,7 +7,7 @@ import functools
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
-from tbhub.errors import InvalidInput
+from tbhub.core.errors import InvalidInput
 
 _hasher = PasswordHasher()
 MIN_PASSWORD_LENGTH = 8

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.ttl_cache import TtlCache
-from tbhub.models import Membership, Project, Role, TeamMember, TeamRole, User
+from tbhub.core.models import Membership, Project, Role, TeamMember, TeamRole, User
 
 # How long a role read from the database is trusted. Changes made through this process clear
 # the cache at once; other processes (the admin CLI, other replicas) see them within this.

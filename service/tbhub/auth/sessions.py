@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tbhub.errors import AmbiguousSession
+from tbhub.core.errors import AmbiguousSession
 
 SESSION_COOKIE = "tbhub_session"
 

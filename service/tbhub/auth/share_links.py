@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub import audit
 from tbhub.auth.ttl_cache import TtlCache
-from tbhub.errors import InvalidInput, NotFound
-from tbhub.models import Project, ShareLink
-from tbhub.projects import get_project
-from tbhub.timestamps import iso_utc
+from tbhub.core.errors import InvalidInput, NotFound
+from tbhub.core.models import Project, ShareLink
+from tbhub.core.timestamps import iso_utc
+from tbhub.domain import audit
+from tbhub.domain.projects import get_project
 
 SHARE_COOKIE = "tbhub_share"
 TOKEN_PREFIX = "tbs_"

@@ -20,14 +20,14 @@ from typing import Any
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from tbhub import audit
 from tbhub.auth.permissions import project_roles
-from tbhub.boards import AccessTracker
-from tbhub.db import transaction
-from tbhub.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
-from tbhub.models import ApiToken, Project, Role, TokenScope, User
-from tbhub.names import checked_name, one_of
-from tbhub.timestamps import iso_utc
+from tbhub.core.db import transaction
+from tbhub.core.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
+from tbhub.core.models import ApiToken, Project, Role, TokenScope, User
+from tbhub.core.names import checked_name, one_of
+from tbhub.core.timestamps import iso_utc
+from tbhub.domain import audit
+from tbhub.domain.boards import AccessTracker
 
 TOKEN_PREFIX = "tbh_"
 TOKEN_SHAPE = re.compile(r"tbh_[A-Za-z0-9_-]{43}")

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.sessions import SessionData
 from tbhub.auth.ttl_cache import read_through
-from tbhub.models import UserSession
+from tbhub.core.models import UserSession
 
 SESSION_CACHE_SECONDS = 10.0
 

@@ -27,15 +27,15 @@ from tbhub.cli.common import (
     runtime_settings,
     session_factory,
 )
-from tbhub.errors import InvalidInput
-from tbhub.projects import (
+from tbhub.core.errors import InvalidInput
+from tbhub.domain.projects import (
     create_project,
     list_projects,
     parse_role,
     remove_membership,
     set_membership,
 )
-from tbhub.users import (
+from tbhub.domain.users import (
     create_user,
     delete_user,
     end_sessions,
@@ -253,7 +253,7 @@ def project_delete(
 ) -> None:
     """Delete a project: its runs go to the trash (restorable until purged), its members,
     board, policy, pins and share links go."""
-    from tbhub.jobs import retention
+    from tbhub.housekeeping import retention
 
     if not yes:
         raise InvalidInput(

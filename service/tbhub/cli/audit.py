@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from tbhub import audit
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -14,6 +13,7 @@ from tbhub.cli.common import (
     runtime_settings,
     time_column,
 )
+from tbhub.domain import audit
 
 app = typer.Typer(help="The audit log: sign-ins, tokens, members, boards, retention, backups.",
                   no_args_is_help=True)  # fmt: skip

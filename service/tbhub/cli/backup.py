@@ -20,8 +20,8 @@ from tbhub.cli.common import (
     runtime_settings,
     session_factory,
 )
-from tbhub.errors import TbhubError
-from tbhub.jobs import backup
+from tbhub.core.errors import TbhubError
+from tbhub.housekeeping import backup
 
 app = typer.Typer(help="Backups: rsync snapshots with --link-dest.", no_args_is_help=True)
 ACTOR = "cli"

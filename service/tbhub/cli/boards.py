@@ -12,15 +12,6 @@ from typing import Any
 import typer
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-from tbhub.board_settings import (
-    UNSET,
-    SettingsChange,
-    describe_board,
-    describe_boards,
-    request_restart,
-    request_stop,
-    update_settings,
-)
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -34,8 +25,17 @@ from tbhub.cli.common import (
     runtime_settings,
     time_column,
 )
-from tbhub.errors import InvalidInput
-from tbhub.projects import get_project
+from tbhub.core.errors import InvalidInput
+from tbhub.domain.projects import get_project
+from tbhub.supervisor.board_settings import (
+    UNSET,
+    SettingsChange,
+    describe_board,
+    describe_boards,
+    request_restart,
+    request_stop,
+    update_settings,
+)
 
 app = typer.Typer(
     help="Boards: state, memory, restarts; restart, stop, pin and per-project settings.",

@@ -14,16 +14,16 @@ from rich.console import Console, ConsoleDimensions
 from rich.table import Column, Table
 from rich.text import Text
 
-from tbhub.errors import ConfigError, TbhubError
-from tbhub.timestamps import EXAMPLE, json_default
-from tbhub.values import format_value as format_value  # the one formatter of values
+from tbhub.core.errors import ConfigError, TbhubError
+from tbhub.core.timestamps import EXAMPLE, json_default
+from tbhub.core.values import format_value as format_value  # the one formatter of values
 
 if TYPE_CHECKING:  # the database and settings are imported where used: the job's commands
     # (cli/job.py, the tbhub-client package) run without the server's packages
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session, sessionmaker
 
-    from tbhub.settings import Settings
+    from tbhub.core.settings import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -86,8 +86,8 @@ def runtime_settings() -> Settings:
     (TBHUB_* variables, then tbhub.toml) and agreeing with those the server records
     (shared_settings.py). Creates nothing: with no instance there, an error says where it
     looked and what to set."""
-    from tbhub.settings import find_instance, load_settings, prepare_runtime
-    from tbhub.shared_settings import agree_on_secret, agree_with_server
+    from tbhub.core.settings import find_instance, load_settings, prepare_runtime
+    from tbhub.serve.shared_settings import agree_on_secret, agree_with_server
 
     settings = agree_on_secret(find_instance(agree_with_server(load_settings())))
     return prepare_runtime(settings, create=False)
@@ -96,8 +96,8 @@ def runtime_settings() -> Settings:
 def setup_settings() -> Settings:
     """The settings of `tbhub db upgrade`, which may make a new instance (data dir and
     database), as `tbhub serve` does."""
-    from tbhub.settings import load_settings, prepare_runtime
-    from tbhub.shared_settings import agree_with_server
+    from tbhub.core.settings import load_settings, prepare_runtime
+    from tbhub.serve.shared_settings import agree_with_server
 
     return prepare_runtime(agree_with_server(load_settings()))
 
@@ -106,7 +106,7 @@ def check_schema(engine: Engine, url: str) -> None:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from tbhub.db import alembic_config
+    from tbhub.core.db import alembic_config
 
     with engine.connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
@@ -122,7 +122,7 @@ def check_schema(engine: Engine, url: str) -> None:
 @contextmanager
 def session_factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
     """Sessions on the configured database, once its schema is known to be current."""
-    from tbhub.db import make_engine, make_session_factory
+    from tbhub.core.db import make_engine, make_session_factory
 
     engine = make_engine(settings.db_url)
     try:
@@ -135,7 +135,7 @@ def session_factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
 @contextmanager
 def db_session(settings: Settings) -> Iterator[Session]:
     """One all-or-nothing transaction on the configured database."""
-    from tbhub.db import transaction
+    from tbhub.core.db import transaction
 
     with session_factory(settings) as factory, transaction(factory) as session:
         yield session

@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from tbhub.artifacts.rootfs import Progress
+from tbhub.artifacts.stack_images import build_stack_images
 from tbhub.cli.common import JsonOption, emit, err_console, handle_errors, out_console
-from tbhub.rootfs import Progress
-from tbhub.stack_images import build_stack_images
 from tbhub.supervisor.backends.select import docker_client
 from tbhub.supervisor.board_image import IMAGE_REPOSITORY, build_board_image
 

@@ -9,13 +9,13 @@ from sqlalchemy.orm import Session
 
 from tbhub.auth.passwords import hash_password
 from tbhub.cli.common import db_session, out_console
-from tbhub.db import upgrade
-from tbhub.errors import NotFound
-from tbhub.projects import create_project, get_project
-from tbhub.sample_logs import write_project
-from tbhub.server import hold_data_dir_lock, serve
-from tbhub.settings import Settings, prepare_runtime
-from tbhub.users import create_user, get_user
+from tbhub.core.db import upgrade
+from tbhub.core.errors import NotFound
+from tbhub.core.settings import Settings, prepare_runtime
+from tbhub.domain.projects import create_project, get_project
+from tbhub.domain.users import create_user, get_user
+from tbhub.serve.server import hold_data_dir_lock, serve
+from tbhub.storage.sample_logs import write_project
 
 DEMO_ADMIN = "admin"
 DEMO_PROJECT = "demo"

@@ -83,7 +83,7 @@ def serve(
     storage_root: Path | None = StorageRootOption,
 ) -> None:
     """Run the control plane, the board supervisor and nginx until SIGINT/SIGTERM."""
-    from tbhub.server import serve as run_server
+    from tbhub.serve.server import serve as run_server
 
     settings = settings_from_flags(host=host, port=port, public_url=public_url,
                                    data_dir=data_dir, storage_root=storage_root)  # fmt: skip
@@ -96,7 +96,7 @@ def db_upgrade() -> None:
     """Apply every pending migration."""
     from sqlalchemy.engine import make_url
 
-    from tbhub.db import upgrade
+    from tbhub.core.db import upgrade
 
     settings = setup_settings()
     url = make_url(settings.db_url)
@@ -112,7 +112,7 @@ def db_upgrade() -> None:
 @handle_errors
 def nginx_render() -> None:
     """Write the nginx config into <data_dir>/nginx/nginx.conf."""
-    from tbhub.nginx import write_config
+    from tbhub.serve.nginx import write_config
 
     path = write_config(runtime_settings())
     out_console.print(f"wrote {path}")

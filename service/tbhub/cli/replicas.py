@@ -16,10 +16,10 @@ from tbhub.cli.common import (
     runtime_settings,
     time_column,
 )
-from tbhub.leader_lock import list_replicas
-from tbhub.locks import LockHeld, hold_lock
-from tbhub.settings import Settings
-from tbhub.timestamps import iso_utc
+from tbhub.core.leader_lock import list_replicas
+from tbhub.core.locks import LockHeld, hold_lock
+from tbhub.core.settings import Settings
+from tbhub.core.timestamps import iso_utc
 
 
 def sqlite_status(settings: Settings) -> list[dict[str, Any]]:

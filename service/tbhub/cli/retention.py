@@ -22,10 +22,10 @@ from tbhub.cli.common import (
     session_factory,
     time_column,
 )
-from tbhub.db import transaction
-from tbhub.jobs import retention, trash
-from tbhub.jobs.policy import ProjectPlan
-from tbhub.timestamps import iso_utc
+from tbhub.core.db import transaction
+from tbhub.core.timestamps import iso_utc
+from tbhub.domain.retention_policy import ProjectPlan
+from tbhub.housekeeping import retention, trash
 
 app = typer.Typer(help="Retention: what to remove by age, count and size.", no_args_is_help=True)
 trash_app = typer.Typer(

@@ -17,7 +17,7 @@ from tbhub.cli.common import (
     time_column,
 )
 from tbhub.client import Client
-from tbhub.errors import InvalidInput
+from tbhub.core.errors import InvalidInput
 
 app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
                   no_args_is_help=True)  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tbhub.settings import Settings, load_settings
+from tbhub.core.settings import Settings, load_settings
 
 HostOption = typer.Option(
     None, "--host", help="Address nginx listens on, e.g. 0.0.0.0 [env: TBHUB_HTTP_HOST]."

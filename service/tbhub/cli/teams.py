@@ -6,7 +6,6 @@ from typing import Any
 
 import typer
 
-from tbhub import teams
 from tbhub.cli.common import (
     JsonOption,
     db_session,
@@ -16,7 +15,8 @@ from tbhub.cli.common import (
     print_table,
     runtime_settings,
 )
-from tbhub.projects import parse_role
+from tbhub.domain import teams
+from tbhub.domain.projects import parse_role
 
 app = typer.Typer(help="Teams: people who get project roles together.", no_args_is_help=True)
 ACTOR = "cli"

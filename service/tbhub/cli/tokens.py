@@ -26,8 +26,8 @@ from tbhub.cli.common import (
     runtime_settings,
     time_column,
 )
-from tbhub.projects import get_project
-from tbhub.users import get_user
+from tbhub.domain.projects import get_project
+from tbhub.domain.users import get_user
 
 app = typer.Typer(help="API tokens for training jobs and scripts.", no_args_is_help=True)
 ACTOR = "cli"

@@ -25,7 +25,7 @@ from tbhub.cli.user import safe_run_name
 from tbhub.client import Client
 from tbhub.client.config import config_path
 from tbhub.client.upload import Uploader
-from tbhub.errors import InvalidInput, TbhubError
+from tbhub.core.errors import InvalidInput, TbhubError
 
 
 def upload(

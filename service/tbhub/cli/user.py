@@ -19,7 +19,7 @@ from tbhub.client import Client
 from tbhub.client.config import save_config
 from tbhub.client.environment import describe_launch, git_lineage
 from tbhub.client.run import close_upload, start_uploader, writable_dir
-from tbhub.errors import InvalidInput
+from tbhub.core.errors import InvalidInput
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
              signal.SIGUSR2)  # fmt: skip

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbhub.errors import ConfigError
+from tbhub.core.errors import ConfigError
 
 LOGIN_HINT = "set TBHUB_URL and TBHUB_TOKEN, or run `tbhub login --url URL --token-stdin`"
 

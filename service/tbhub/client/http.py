@@ -13,7 +13,7 @@ import httpx
 
 from tbhub import __version__
 from tbhub.client.config import LOGIN_HINT, ClientConfig, load_config
-from tbhub.errors import TbhubError
+from tbhub.core.errors import TbhubError
 
 
 class ApiError(TbhubError):

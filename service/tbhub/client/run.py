@@ -24,7 +24,7 @@ from typing import Any
 
 from tbhub.client.environment import describe_launch, git_lineage, global_rank
 from tbhub.client.http import ApiError, Client
-from tbhub.errors import InvalidInput, TbhubError
+from tbhub.core.errors import InvalidInput, TbhubError
 
 
 def writable_dir(path: str) -> bool:

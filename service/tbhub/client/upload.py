@@ -29,9 +29,8 @@ from urllib.parse import quote
 import httpx
 
 from tbhub.client.http import ApiError, error_from
-from tbhub.errors import TbhubError
-from tbhub.tfrecord import chunk_ends, whole_records_end
-from tbhub.upload_protocol import (
+from tbhub.core.errors import TbhubError
+from tbhub.core.upload_protocol import (
     COMPLETE_HEADER,
     DIGEST_HEADER,
     OFFSET_HEADER,
@@ -39,6 +38,7 @@ from tbhub.upload_protocol import (
     content_digest,
     is_event_file,
 )
+from tbhub.storage.tfrecord import chunk_ends, whole_records_end
 
 log = logging.getLogger("tbhub.client.upload")
 

@@ -30,12 +30,12 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbhub.errors import ConfigError, InvalidInput
-from tbhub.jobs.fsops import DIR_FLAGS, open_below, open_dir, remove_tree, split_relative
-from tbhub.names import COMPARE_SLUG, check_project_name
-from tbhub.settings import Settings
+from tbhub.core.errors import ConfigError, InvalidInput
+from tbhub.core.names import COMPARE_SLUG, check_project_name
+from tbhub.core.settings import Settings
+from tbhub.core.upload_protocol import is_event_file
+from tbhub.storage.fsops import DIR_FLAGS, open_below, open_dir, remove_tree, split_relative
 from tbhub.storage.paths import beside_projects
-from tbhub.upload_protocol import is_event_file
 
 COMPARE_DIR_NAME = ".tbhub-compare"  # not a project slug, so no project can ever be called that
 # How often a running compare board's view is brought up to date with its runs.

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbhub.errors import UnsafePath
+from tbhub.core.errors import UnsafePath
 from tbhub.storage.run_files import opened_run
-from tbhub.tfrecord import HEADER_BYTES, RECORD_OVERHEAD, record_length
+from tbhub.storage.tfrecord import HEADER_BYTES, RECORD_OVERHEAD, record_length
 
 log = logging.getLogger("tbhub.watcher")
 

@@ -22,7 +22,9 @@ import os
 import stat
 import struct
 
-from tbhub.errors import UnsafePath
+from tbhub.core.errors import UnsafePath
+from tbhub.core.upload_protocol import hidden_name
+from tbhub.storage.tfrecord import HEADER_BYTES, RECORD_OVERHEAD, record_length, whole_records_end
 from tbhub.storage.upload_io import (
     READ_FLAGS,
     WRITE_FLAGS,
@@ -35,8 +37,6 @@ from tbhub.storage.upload_io import (
     unsafe,
     write_durably,
 )
-from tbhub.tfrecord import HEADER_BYTES, RECORD_OVERHEAD, record_length, whole_records_end
-from tbhub.upload_protocol import hidden_name
 
 TAIL_START = struct.Struct("<Q")  # the event file's size where the tail's bytes continue it
 

@@ -14,9 +14,9 @@ import stat
 from contextlib import suppress
 from pathlib import Path
 
-from tbhub.errors import ConfigError, UnsafePath
-from tbhub.jobs.fsops import DIR_FLAGS, open_below
-from tbhub.names import PROJECT_SLUG, check_project_name
+from tbhub.core.errors import ConfigError, UnsafePath
+from tbhub.core.names import PROJECT_SLUG, check_project_name
+from tbhub.storage.fsops import DIR_FLAGS, open_below
 
 
 def inside_root(root: Path, candidate: Path) -> Path:

@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbhub.errors import InsufficientStorage
-from tbhub.jobs.fsops import open_below, split_relative
+from tbhub.core.errors import InsufficientStorage
+from tbhub.core.upload_protocol import check_digest
 from tbhub.storage import uploads
+from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.paths import open_project
 from tbhub.storage.uploads import FileState, RoomCheck
 from tbhub.storage.usage import ProjectUsage
-from tbhub.upload_protocol import check_digest
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbhub.errors import UnsafePath
-from tbhub.jobs.fsops import DIR_FLAGS, open_below, split_relative
+from tbhub.core.errors import UnsafePath
+from tbhub.storage.fsops import DIR_FLAGS, open_below, split_relative
 from tbhub.storage.paths import open_project
 
 

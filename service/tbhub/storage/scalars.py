@@ -25,9 +25,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from tbhub.errors import UnsafePath
-from tbhub.jobs.scan import EVENT_FILE_PREFIX
+from tbhub.core.errors import UnsafePath
 from tbhub.storage.run_files import opened_run, walk_files
+from tbhub.storage.scan import EVENT_FILE_PREFIX
 
 MAX_POINTS = 256
 MAX_SERIES = 32

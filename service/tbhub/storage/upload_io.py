@@ -10,7 +10,7 @@ import stat
 from collections.abc import Callable
 from contextlib import suppress
 
-from tbhub.errors import InsufficientStorage, OffsetMismatch, UnsafePath
+from tbhub.core.errors import InsufficientStorage, OffsetMismatch, UnsafePath
 
 WRITE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -25,9 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from tbhub.errors import OffsetMismatch, UnsafePath
-from tbhub.jobs.fsops import DIR_FLAGS, open_below
+from tbhub.core.errors import OffsetMismatch, UnsafePath
+from tbhub.core.upload_protocol import PARTIAL_SUFFIX, TAIL_SUFFIX, hidden_name, is_event_file
 from tbhub.storage.event_upload import append_events, events_end
+from tbhub.storage.fsops import DIR_FLAGS, open_below
 from tbhub.storage.upload_io import (
     READ_FLAGS,
     RoomCheck,
@@ -38,7 +39,6 @@ from tbhub.storage.upload_io import (
     read_at,
     write_durably,
 )
-from tbhub.upload_protocol import PARTIAL_SUFFIX, TAIL_SUFFIX, hidden_name, is_event_file
 
 Kind = Literal["events", "file"]
 __all__ = ["FileState", "RoomCheck", "append_chunk", "file_state", "kind_of", "list_files"]

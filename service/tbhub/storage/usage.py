@@ -2,7 +2,7 @@
 
 With the storage watcher running (`tbhub serve`), its running totals are the answer and an
 upload tells it at once which run changed. Without it, a walk by the scan retention uses
-(jobs/scan.py) is kept for `ttl` seconds and the bytes uploaded since are added to it.
+(storage/scan.py) is kept for `ttl` seconds and the bytes uploaded since are added to it.
 """
 
 from __future__ import annotations
@@ -10,23 +10,31 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
-from tbhub.jobs.scan import scan_project
-from tbhub.storage.watcher import StorageWatcher
+from tbhub.storage.scan import scan_project
+
+
+class RunningTotals(Protocol):
+    """What usage needs of the storage watcher (domain/watcher.py)."""
+
+    def project_bytes(self, project: str) -> int | None: ...
+
+    def mark_dirty(self, project: str, rel: str) -> None: ...
 
 
 class ProjectUsage:
     def __init__(self, storage_root: Path, *, ttl: float = 10.0) -> None:
         self.storage_root = storage_root
         self.ttl = ttl
-        self.watcher: StorageWatcher | None = None
+        self.watcher: RunningTotals | None = None
         self._walked: dict[str, tuple[float, int]] = {}  # project -> (when, bytes)
         self._lock = threading.Lock()
 
     def known_bytes(self, project: str) -> int | None:
         """The watcher's running total, when it has one: no walk (the projects page asks this
         for every project on each load)."""
-        return self.watcher.index.project_bytes(project) if self.watcher is not None else None
+        return self.watcher.project_bytes(project) if self.watcher is not None else None
 
     def bytes(self, project: str) -> int:
         known = self.known_bytes(project)

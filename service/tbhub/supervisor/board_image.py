@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import tbhub
-from tbhub.rootfs import (
+from tbhub.artifacts.rootfs import (
     Elves,
     Progress,
     RootFs,

@@ -4,6 +4,7 @@ Part of the pure plan (supervisor/plan.py): no clock, file or process is read he
 
 from __future__ import annotations
 
+from tbhub.core.timestamps import iso_utc
 from tbhub.supervisor.model import (
     Desired,
     Health,
@@ -16,7 +17,6 @@ from tbhub.supervisor.model import (
     Start,
     Stop,
 )
-from tbhub.timestamps import iso_utc
 
 
 def memory_backoff_seconds(level: int, maximum: float) -> float:

@@ -13,12 +13,17 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.boards import AccessTracker, BoardRef, upstream_hold_seconds
-from tbhub.db import transaction
-from tbhub.errors import TbhubError
-from tbhub.models import ObservedState
-from tbhub.names import is_compare_slug
-from tbhub.settings import Settings
+from tbhub.core.db import transaction
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import ObservedState
+from tbhub.core.names import is_compare_slug
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import (
+    AccessTracker,
+    BoardRef,
+    auth_cache_seconds,
+    upstream_hold_seconds,
+)
 from tbhub.storage.compare_view import (
     COMPARE_DIR_NAME,
     SYNC_SECONDS,
@@ -50,7 +55,6 @@ FAST_INTERVAL = 0.1
 
 
 def policy_from_settings(settings: Settings) -> Policy:
-    from tbhub.api.board_gate import auth_cache_seconds
 
     return Policy(
         start_timeout=settings.board_start_timeout,

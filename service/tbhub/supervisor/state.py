@@ -17,10 +17,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tbhub import audit
-from tbhub.boards import BoardRef, cull_idle_boards, flush_access
-from tbhub.errors import UnsafePath
-from tbhub.models import (
+from tbhub.core.errors import UnsafePath
+from tbhub.core.models import (
     Board,
     BoardSettings,
     BoardState,
@@ -32,6 +30,8 @@ from tbhub.models import (
     RetentionState,
     Run,
 )
+from tbhub.domain import audit
+from tbhub.domain.boards import BoardRef, cull_idle_boards, flush_access
 from tbhub.storage.compare_view import COMPARE_DIR_NAME, ViewRun
 from tbhub.storage.paths import project_dir, project_path
 from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix

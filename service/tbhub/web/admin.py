@@ -16,20 +16,20 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from tbhub import audit, users
-from tbhub.board_settings import (
+from tbhub.core.bounds import INT32_MAX, PASSWORD_MAX, PROJECT_NAME_MAX, TOKEN_MAX, USER_NAME_MAX
+from tbhub.core.errors import Forbidden, TbhubError
+from tbhub.core.models import User
+from tbhub.domain import audit, users
+from tbhub.housekeeping.backup import backup_status, last_runs, recovery_point_age
+from tbhub.housekeeping.storage_report import storage_report
+from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep, UserNameInPath
+from tbhub.supervisor.board_settings import (
     SettingsChange,
     describe_boards,
     request_restart,
     request_stop,
     update_settings,
 )
-from tbhub.bounds import INT32_MAX, PASSWORD_MAX, PROJECT_NAME_MAX, TOKEN_MAX, USER_NAME_MAX
-from tbhub.deps import ContextDep, ProjectInPath, SessionDep, UserNameInPath
-from tbhub.errors import Forbidden, TbhubError
-from tbhub.jobs.backup import backup_status, last_runs, recovery_point_age
-from tbhub.models import User
-from tbhub.storage.report import storage_report
 from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page, page
 
 router = APIRouter(prefix="/admin", include_in_schema=False)

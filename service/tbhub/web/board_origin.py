@@ -12,10 +12,10 @@ from fastapi.responses import RedirectResponse, Response
 from tbhub.auth.board_origin import PASS_SECONDS, BoardOrigins
 from tbhub.auth.compare_access import may_open
 from tbhub.auth.share_links import SHARE_COOKIE, TOKEN_LENGTH
-from tbhub.bounds import TOKEN_MAX, URL_PATH_MAX
-from tbhub.deps import AppContext, ContextDep, OptionalUser, signed_in_session
-from tbhub.errors import Forbidden, NotFound
-from tbhub.names import check_project_name
+from tbhub.core.bounds import TOKEN_MAX, URL_PATH_MAX
+from tbhub.core.errors import Forbidden, NotFound
+from tbhub.core.names import check_project_name
+from tbhub.http.deps import AppContext, ContextDep, OptionalUser, signed_in_session
 from tbhub.supervisor.plan import board_prefix
 from tbhub.web.pages import safe_next
 

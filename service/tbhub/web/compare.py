@@ -16,8 +16,10 @@ from pydantic import Field
 from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import Caller
-from tbhub.bounds import TOKEN_MAX
-from tbhub.compare import (
+from tbhub.core.bounds import TOKEN_MAX
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import CompareBoard, User
+from tbhub.domain.compare import (
     MAX_RUNS,
     board_run_name,
     create_compare,
@@ -26,9 +28,7 @@ from tbhub.compare import (
     pick_runs,
     readable,
 )
-from tbhub.deps import AppContext, ContextDep, SessionDep
-from tbhub.errors import TbhubError
-from tbhub.models import CompareBoard, User
+from tbhub.http.deps import AppContext, ContextDep, SessionDep
 from tbhub.supervisor.plan import board_prefix
 from tbhub.web.render import WebUser, check_form_token, done, page
 

@@ -14,13 +14,13 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from tbhub import teams
 from tbhub.auth.caller import Caller, require_project
-from tbhub.bounds import TOKEN_MAX, USER_NAME_MAX
-from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep, UserNameInPath
-from tbhub.errors import TbhubError
-from tbhub.models import Role, User
-from tbhub.projects import list_members, remove_membership, set_membership
+from tbhub.core.bounds import TOKEN_MAX, USER_NAME_MAX
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import Role, User
+from tbhub.domain import teams
+from tbhub.domain.projects import list_members, remove_membership, set_membership
+from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep, UserNameInPath
 from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub.auth.oidc import PENDING_COOKIE, PENDING_MAX_AGE, OidcClient, PendingSigner
-from tbhub.bounds import URL_PATH_MAX
-from tbhub.deps import AppContext, ContextDep, SessionDep
-from tbhub.errors import NotFound
-from tbhub.teams import sync_groups
-from tbhub.users import sign_in_with_identity
+from tbhub.core.bounds import URL_PATH_MAX
+from tbhub.core.errors import NotFound
+from tbhub.domain.teams import sync_groups
+from tbhub.domain.users import sign_in_with_identity
+from tbhub.http.deps import AppContext, ContextDep, SessionDep
 from tbhub.web.pages import safe_next, signed_in_redirect
 
 router = APIRouter(include_in_schema=False)

@@ -9,11 +9,14 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from tbhub import audit
 from tbhub.auth.user_sessions import end_session
-from tbhub.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
-from tbhub.db import transaction
-from tbhub.deps import (
+from tbhub.core.bounds import PASSWORD_MAX, TOKEN_MAX, URL_PATH_MAX, USER_NAME_MAX
+from tbhub.core.db import transaction
+from tbhub.core.errors import Forbidden, NotAuthenticated
+from tbhub.core.models import User
+from tbhub.domain import audit
+from tbhub.domain.users import authenticate
+from tbhub.http.deps import (
     AppContext,
     ContextDep,
     OptionalUser,
@@ -22,9 +25,6 @@ from tbhub.deps import (
     set_session_cookie,
     signed_in_session,
 )
-from tbhub.errors import Forbidden, NotAuthenticated
-from tbhub.models import User
-from tbhub.users import authenticate
 from tbhub.web.render import check_form_token, page
 
 router = APIRouter(include_in_schema=False)

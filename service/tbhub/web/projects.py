@@ -10,13 +10,13 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from tbhub.bounds import PROJECT_NAME_MAX, TOKEN_MAX
-from tbhub.deps import AppContext, ContextDep, SessionDep
-from tbhub.errors import AlreadyExists, InvalidInput
-from tbhub.jobs.retention import default_policy
-from tbhub.models import User
-from tbhub.overview import STATUS_ORDER, matching, summarize_projects
-from tbhub.projects import add_project, visible_projects
+from tbhub.core.bounds import PROJECT_NAME_MAX, TOKEN_MAX
+from tbhub.core.errors import AlreadyExists, InvalidInput
+from tbhub.core.models import User
+from tbhub.domain.overview import STATUS_ORDER, matching, summarize_projects
+from tbhub.domain.projects import add_project, visible_projects
+from tbhub.domain.retention_policy import default_policy
+from tbhub.http.deps import AppContext, ContextDep, SessionDep
 from tbhub.web.render import WebUser, caller_of, check_form_token, done, page
 
 router = APIRouter(include_in_schema=False)

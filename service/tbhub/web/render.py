@@ -16,12 +16,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.caller import Caller
-from tbhub.auth.csrf import binding_of, new_nonce
-from tbhub.db import transaction
-from tbhub.deps import AppContext, OptionalUser, get_optional_user
-from tbhub.errors import AmbiguousSession, Forbidden, InvalidInput, NotAuthenticated, TbhubError
-from tbhub.models import User
-from tbhub.templating import render
+from tbhub.core.db import transaction
+from tbhub.core.errors import (
+    AmbiguousSession,
+    Forbidden,
+    InvalidInput,
+    NotAuthenticated,
+    TbhubError,
+)
+from tbhub.core.models import User
+from tbhub.http.csrf import binding_of, new_nonce
+from tbhub.http.deps import AppContext, OptionalUser, get_optional_user
+from tbhub.http.templating import render
 
 # Notices a page shows after an action, by key: the query string names one, never the text,
 # so a link cannot make tbhub's page say what its author wants.

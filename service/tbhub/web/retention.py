@@ -14,11 +14,11 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import Caller, ProjectAccess, require_project
-from tbhub.bounds import DAYS_MAX, INT32_MAX, INT64_MAX, MINUTES_MAX, TOKEN_MAX, RunPath
-from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.errors import TbhubError
-from tbhub.jobs import retention, trash
-from tbhub.models import Role, User
+from tbhub.core.bounds import DAYS_MAX, INT32_MAX, INT64_MAX, MINUTES_MAX, TOKEN_MAX, RunPath
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import Role, User
+from tbhub.housekeeping import retention, trash
+from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.web.render import WebUser, attempt, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)

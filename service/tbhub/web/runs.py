@@ -18,14 +18,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import ProjectAccess, require_project
-from tbhub.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKEN_MAX, URL_PATH_MAX
-from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.jobs import retention
-from tbhub.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
-from tbhub.names import one_of
-from tbhub.overview import board_detail, board_state, run_state
-from tbhub.runs import SORTS, RunFilter, get_run, page_runs, run_history
-from tbhub.sparkline import sparkline_svg
+from tbhub.core.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKEN_MAX, URL_PATH_MAX
+from tbhub.core.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
+from tbhub.core.names import one_of
+from tbhub.domain.overview import board_detail, board_state, run_state
+from tbhub.domain.runs import SORTS, RunFilter, get_run, page_runs, run_history
+from tbhub.domain.sparkline import sparkline_svg
+from tbhub.housekeeping import retention
+from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.run_files import RunFile, list_run_files
 from tbhub.storage.scalars import pick_curve
 from tbhub.supervisor.plan import board_prefix

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Path
 from fastapi.responses import RedirectResponse, Response
 
 from tbhub.auth.share_links import SHARE_COOKIE, TOKEN_LENGTH
-from tbhub.deps import ContextDep
-from tbhub.errors import NotFound
+from tbhub.core.errors import NotFound
+from tbhub.http.deps import ContextDep
 from tbhub.supervisor.plan import board_prefix
 
 router = APIRouter(include_in_schema=False)

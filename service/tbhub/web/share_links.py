@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 
 from tbhub.auth import share_links
 from tbhub.auth.caller import Caller, require_project
-from tbhub.bounds import INT32_MAX, SHORT_TEXT_MAX, TOKEN_MAX
-from tbhub.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.errors import TbhubError
-from tbhub.models import Role, User
+from tbhub.core.bounds import INT32_MAX, SHORT_TEXT_MAX, TOKEN_MAX
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import Role, User
+from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, form_page
 
 router = APIRouter(include_in_schema=False)

@@ -25,11 +25,11 @@ from tbhub.auth.tokens import (
     list_tokens,
     revoke_token,
 )
-from tbhub.bounds import INT64_MAX, PROJECT_NAME_MAX, TOKEN_MAX, TokenName
-from tbhub.deps import AppContext, ContextDep, SessionDep
-from tbhub.errors import TbhubError
-from tbhub.models import Role, TokenScope, User
-from tbhub.projects import visible_projects
+from tbhub.core.bounds import INT64_MAX, PROJECT_NAME_MAX, TOKEN_MAX, TokenName
+from tbhub.core.errors import TbhubError
+from tbhub.core.models import Role, TokenScope, User
+from tbhub.domain.projects import visible_projects
+from tbhub.http.deps import AppContext, ContextDep, SessionDep
 from tbhub.web.render import WebUser, attempt, check_form_token, chosen, done, form_page
 
 router = APIRouter(include_in_schema=False)

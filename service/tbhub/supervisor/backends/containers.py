@@ -22,7 +22,7 @@ import psutil
 from docker.types import Mount
 from sqlalchemy.engine import make_url
 
-from tbhub.settings import Settings
+from tbhub.core.settings import Settings
 from tbhub.supervisor.board_image import BOARD_PORT, IMAGE_PYTHON
 from tbhub.supervisor.board_process import board_args
 from tbhub.supervisor.plan import BoardSpec, Instance

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tbhub.processes import ProcessRef, stop_group
+from tbhub.core.processes import ProcessRef, stop_group
 from tbhub.supervisor import forked_board, zygote
 
 log = logging.getLogger("tbhub.supervisor")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from tbhub.processes import (
+from tbhub.core.processes import (
     DEFAULT_STOP_SIGNALS,
     ProcessRef,
     established_connections,

@@ -6,8 +6,8 @@ import logging
 import socket
 from typing import Any
 
-from tbhub.errors import ConfigError
-from tbhub.settings import Settings
+from tbhub.core.errors import ConfigError
+from tbhub.core.settings import Settings
 from tbhub.supervisor.backends.base import Backend
 from tbhub.supervisor.backends.containers import (
     BoardContainers,

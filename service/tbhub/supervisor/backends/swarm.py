@@ -29,7 +29,7 @@ import docker
 import docker.errors
 from docker.types import EndpointSpec, Mount, Resources, RestartPolicy
 
-from tbhub.errors import ConfigError
+from tbhub.core.errors import ConfigError
 from tbhub.supervisor.backends.containers import (
     LOG_OPTIONS,
     BoardContainers,

@@ -1,0 +1,116 @@
+"""The watcher's sink: what it saw on the storage, written into the runs table.
+
+A directory that got event files and has no row becomes a `discovered` run; every present
+run, registered through the API or discovered, gets its bytes, files and last write. Runs
+that left the disk keep their rows: retention marks the ones it moved (runs.mark_retention).
+
+A run owns everything under its directory (jobs/scan.py): the watcher walks with the
+project's registered runs (`registered`) as runs whatever they hold, so event files in a
+registered run's `train/` or `version_0/` count towards it and become no run of their own.
+A discovered row found inside a run recorded now (made before its parent was a run, or by
+an older tbhub) is merged into it: removed, with a line in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.core.db import transaction
+from tbhub.core.models import Project, Run, RunSource, RunStatus
+from tbhub.domain.runs import note_event, registered_paths
+from tbhub.domain.watcher import ProjectChanges, owner_at_or_above
+from tbhub.storage.scan import RunInfo
+
+log = logging.getLogger("tbhub.watcher")
+
+ACTOR = "watcher"
+MAX_PATH = Run.__table__.c.path.type.length  # type: ignore[attr-defined]
+MAX_NAME = Run.__table__.c.name.type.length  # type: ignore[attr-defined]
+MAX_GROUP = Run.__table__.c.group_name.type.length  # type: ignore[attr-defined]
+IN_BATCH = 500  # paths per IN (...) query
+
+
+def _utc(ts: float) -> datetime | None:
+    return datetime.fromtimestamp(ts, UTC) if ts > 0 else None
+
+
+class DatabaseRunSink:
+    def __init__(self, factory: sessionmaker[Session]) -> None:
+        self.factory = factory
+
+    def registered(self, project: str) -> frozenset[str]:
+        """The watcher's `claims`: the project's registered runs still in place."""
+        with self.factory() as session:
+            return registered_paths(session, project=project)
+
+    def record(self, changes: list[ProjectChanges]) -> None:
+        """All changes in one transaction: a failure leaves nothing half-recorded."""
+        changes = [c for c in changes if c.runs]
+        if not changes:
+            return
+        with transaction(self.factory) as session:
+            names = [c.project for c in changes]
+            query = select(Project.name, Project.id).where(Project.name.in_(names))
+            ids = {name: project_id for name, project_id in session.execute(query)}
+            for change in changes:
+                project_id = ids.get(change.project)
+                if project_id is not None:  # a directory that is no project has no runs
+                    self._record_project(session, project_id, change.project, change.runs)
+
+    def _record_project(
+        self, session: Session, project_id: int, project: str, found: list[RunInfo]
+    ) -> None:
+        existing: dict[str, Run] = {}
+        for start in range(0, len(found), IN_BATCH):
+            paths = [info.path for info in found[start : start + IN_BATCH]]
+            query = select(Run).where(Run.project_id == project_id, Run.path.in_(paths))
+            existing.update((run.path, run) for run in session.scalars(query))
+        for info in found:
+            last_write = _utc(info.last_write)
+            run = existing.get(info.path)
+            if run is None:
+                if len(info.path) > MAX_PATH:
+                    log.warning(
+                        "%s/%s: path too long for the registry; skipped", project, info.path
+                    )
+                    continue
+                group, _, name = info.path.rpartition("/")
+                run = Run(
+                    project_id=project_id,
+                    path=info.path,
+                    name=name[:MAX_NAME],
+                    group=group[:MAX_GROUP] or None,
+                    status=RunStatus.discovered,
+                    source=RunSource.discovered,
+                    hparams={},
+                    metrics={},
+                    created_by=ACTOR,
+                    first_write=last_write,
+                )
+                session.add(run)
+                note_event(session, run, "status", RunStatus.discovered.value, actor=ACTOR)
+                log.info("discovered run %s/%s", project, info.path)
+            run.bytes, run.files = info.bytes, info.files
+            if last_write is not None:
+                run.last_write = last_write
+                run.first_write = run.first_write or last_write
+        self._merge_nested(session, project_id, project, {info.path for info in found})
+
+    def _merge_nested(
+        self, session: Session, project_id: int, project: str, owners: set[str]
+    ) -> None:
+        """Remove the discovered rows that lie inside a run recorded now."""
+        query = select(Run.id, Run.path).where(
+            Run.project_id == project_id,
+            Run.source == RunSource.discovered,
+            Run.path.contains("/"),
+        )
+        for run_id, path in session.execute(query).all():
+            outer = owner_at_or_above(owners, path.rpartition("/")[0])
+            if outer is not None:
+                log.info("merged discovered run %s/%s into run %s", project, path, outer)
+                session.delete(session.get_one(Run, run_id))

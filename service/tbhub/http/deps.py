@@ -1,0 +1,226 @@
+"""What every route, in api/ and web/ alike, may depend on: the app context, a DB session
+and the signed-in user."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Path, Request, Response, Security
+from fastapi.security import APIKeyCookie, HTTPBearer
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.auth.board_origin import BoardOrigins
+from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
+from tbhub.auth.compare_access import CompareCache
+from tbhub.auth.oidc import OidcClient
+from tbhub.auth.permissions import AccessCache
+from tbhub.auth.sessions import (
+    SESSION_COOKIE,
+    CookieNames,
+    SessionData,
+    SessionSigner,
+    read_session_cookie,
+)
+from tbhub.auth.share_links import ShareLinkCache
+from tbhub.auth.throttle import SignInGuard
+from tbhub.auth.tokens import MINT_HINT, TokenCache
+from tbhub.auth.user_sessions import LiveSessions, is_live, live_session, start_session
+from tbhub.core.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
+from tbhub.core.db import transaction
+from tbhub.core.errors import NotAuthenticated
+from tbhub.core.models import User
+from tbhub.core.settings import Settings
+from tbhub.domain.boards import AccessTracker, BoardDirectory, BoardRef
+from tbhub.http import proxy_hop
+from tbhub.http.csrf import CsrfTokens, require_header_token
+from tbhub.storage.scalars import ScalarCache
+from tbhub.storage.usage import ProjectUsage
+from tbhub.supervisor.metrics import SupervisorMetrics
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    engine: Engine
+    factory: sessionmaker[Session]
+    signer: SessionSigner
+    access: AccessCache
+    compares: CompareCache  # who may open which compare board
+    boards: BoardDirectory
+    tracker: AccessTracker[BoardRef]
+    wake_supervisor: Callable[[], None]
+    csrf: CsrfTokens
+    cookies: CookieNames
+    shares: ShareLinkCache
+    tokens: TokenCache
+    usage: ProjectUsage  # bytes per project, for upload quotas
+    scalars: ScalarCache  # runs' scalar curves read so far, for sparklines
+    board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
+    oidc: OidcClient | None = None
+    sign_ins: SignInGuard = field(default_factory=SignInGuard)
+    board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
+    sessions: LiveSessions = field(init=False)  # which sessions are live, for the auth hook
+
+    def __post_init__(self) -> None:
+        self.sessions = LiveSessions(self.factory)
+
+    def forget_identities(self, after: Session | None = None) -> None:
+        """Drop every cached session, token, role, share link and compare board: after a
+        user is deleted, disabled or signed out, or a project deleted, this process judges
+        from the database at once (other processes within their caches' 10 s). Given the
+        request's session, only once it commits: a request in between would cache the old
+        rows again."""
+        if after is not None:
+            event.listen(after, "after_commit", lambda _: self.forget_identities(), once=True)
+            return
+        for cache in (self.sessions, self.tokens, self.access, self.shares, self.compares):
+            cache.invalidate()
+
+
+def client_address(request: Request) -> str:
+    """The browser's address: X-Forwarded-For only from tbhub's own nginx (proxy_hop.py)."""
+    secret = get_context(request).settings.secret_key
+    assert secret is not None
+    return proxy_hop.client_address(request, secret.get_secret_value())
+
+
+def get_context(request: Request) -> AppContext:
+    return request.app.state.context  # type: ignore[no-any-return]
+
+
+ContextDep = Annotated[AppContext, Depends(get_context)]
+
+
+def get_session(context: ContextDep) -> Iterator[Session]:
+    with transaction(context.factory) as session:
+        yield session
+
+
+# scope="function": the transaction commits when the route returns, before the response
+# leaves, so a write that answered 2xx is visible to the next request from anyone, and a
+# commit that fails answers with its error instead of a 2xx already sent.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def signed_in_session(request: Request, context: AppContext) -> SessionData | None:
+    """The session a valid cookie carries (not yet checked against the user's epoch);
+    raises AmbiguousSession for a request whose cookies could be read two ways, and
+    CsrfFailed for an unsafe /api/ call it would authenticate without its CSRF token."""
+    cookie = read_session_cookie(request.headers.getlist("cookie"), context.cookies.session)
+    data = context.signer.verify(cookie)
+    if data is not None and cookie is not None:
+        require_header_token(request, context.csrf, cookie)
+    return data
+
+
+def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool:
+    """A session ends when its user is disabled or their session epoch moved on (sign out
+    everywhere, a password change)."""
+    return not disabled and data.epoch == epoch
+
+
+def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
+    data = signed_in_session(request, context)
+    user = session.get(User, data.user_id) if data is not None else None
+    if user is None or data is None or not is_live(live_session(session, data.session_id), data):
+        return None
+    return (
+        user if session_is_current(data, disabled=user.disabled, epoch=user.session_epoch) else None
+    )
+
+
+def get_current_user(user: Annotated[User | None, Depends(get_optional_user)]) -> User:
+    if user is None:
+        raise NotAuthenticated("sign in first: open /auth/login in a browser")
+    return user
+
+
+OptionalUser = Annotated[User | None, Depends(get_optional_user)]
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+# Path parameters, bounded like the columns they are looked up in.
+ProjectInPath = Annotated[str, Path(min_length=1, max_length=PROJECT_NAME_MAX)]
+UserNameInPath = Annotated[str, Path(min_length=1, max_length=USER_NAME_MAX)]
+RunPathInPath = Annotated[str, Path(min_length=1, max_length=RUN_PATH_MAX)]
+
+
+def set_session_cookie(
+    response: Response, context: AppContext, user: User, session: Session
+) -> None:
+    """A new session (its row, and its cookie). An OIDC account's is shorter
+    (TBHUB_OIDC_SESSION_MAX_AGE): going back through the provider re-reads its groups, so a
+    user taken out of a group loses what it gave them within that time even without signing
+    in again."""
+    settings = context.settings
+    max_age = settings.oidc_session_max_age if user.oidc_subject else settings.session_max_age
+    max_age = min(max_age, settings.session_max_age)
+    expires_at = context.signer.expiry(max_age=max_age)
+    session_id = start_session(session, user_id=user.id, expires_at=expires_at)
+    response.set_cookie(
+        context.cookies.session,
+        context.signer.issue(
+            user.id, session_id=session_id, epoch=user.session_epoch, max_age=max_age
+        ),
+        max_age=max_age,
+        httponly=True,
+        samesite="lax",
+        secure=context.settings.public_url.startswith("https://"),
+        path="/",
+    )
+
+
+# -- callers: a session user or an API token (auth/caller.py holds the rules) ---------------
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="token",
+    description="An API token (`tbh_...`) from `tbhub admin token create` or POST /api/v1/tokens",
+)
+cookie_scheme = APIKeyCookie(
+    name=SESSION_COOKIE,
+    auto_error=False,
+    scheme_name="session",
+    description="Browser sign-in (`__Host-tbhub_session` behind TLS)",
+)
+
+
+def get_optional_caller(
+    request: Request,
+    context: ContextDep,
+    session: SessionDep,
+    _bearer: Annotated[object, Security(bearer_scheme)] = None,
+    _cookie: Annotated[object, Security(cookie_scheme)] = None,
+) -> Caller | None:
+    """A bearer header wins over a cookie; a bad token is refused rather than falling back
+    to the cookie (fail closed). A token is never accepted in the URL."""
+    refuse_token_in_url(request.query_params)
+    token = bearer_token(request.headers.get("authorization"))
+    if token is not None:
+        grant = context.tokens.lookup(token)
+        owner = session.get(User, grant.user_id)  # the cache may predate a delete or disable
+        if owner is None or owner.disabled:
+            raise NotAuthenticated(
+                f"the account {grant.user_name} was deleted or disabled, and its tokens with "
+                f"it; {MINT_HINT}"
+            )
+        return Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
+    user = get_optional_user(request, context, session)
+    if user is None:
+        return None
+    return Caller.of_user(user)
+
+
+def get_caller(caller: Annotated[Caller | None, Depends(get_optional_caller)]) -> Caller:
+    if caller is None:
+        raise NotAuthenticated(
+            "sign in first (open /auth/login in a browser) or send an API token as "
+            "`Authorization: Bearer tbh_...`"
+        )
+    return caller
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -1,0 +1,204 @@
+"""Per-project board settings and operator requests (restart, stop, pin): service functions.
+
+They only write desired state; the supervisor's next pass acts on it (DESIGN.md, decision 1).
+A setting that shapes the board process (reload interval, samples per plugin, plugins)
+changes the spec fingerprint, so the board is replaced blue/green with reason `spec`. The
+memory limit and the pin apply to the running board as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tbhub.core.errors import InvalidInput
+from tbhub.core.models import Board, BoardSettings, BoardState, CompareBoard, DesiredState, Project
+from tbhub.core.settings import Settings
+from tbhub.core.timestamps import iso_utc
+from tbhub.domain import audit
+from tbhub.domain.projects import get_project
+from tbhub.supervisor.board_process import OFF_BY_DEFAULT_PLUGINS
+from tbhub.supervisor.metrics import BoardRow
+
+MAX_RELOAD_INTERVAL = 86_400
+MAX_MEMORY_LIMIT = 2**50  # 1 PiB: more than any host, and well inside BIGINT
+SAMPLES_PER_PLUGIN = re.compile(r"^[a-z0-9_]{1,64}=[0-9]{1,9}(,[a-z0-9_]{1,64}=[0-9]{1,9}){0,15}$")
+
+
+class Unset:
+    """A field the caller left out: it keeps its value."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = Unset()
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """What to change; UNSET keeps a field, None goes back to the global default."""
+
+    reload_interval: int | None = UNSET
+    samples_per_plugin: str | None = UNSET
+    memory_limit: int | None = UNSET
+    pinned: bool = UNSET
+    plugins: list[str] = UNSET
+
+    def validate(self) -> None:
+        if _given(self.reload_interval) and self.reload_interval is not None:
+            _check_int("reload_interval", self.reload_interval, 1, MAX_RELOAD_INTERVAL)
+        if _given(self.memory_limit) and self.memory_limit is not None:
+            _check_int("memory_limit", self.memory_limit, 0, MAX_MEMORY_LIMIT)
+        samples = self.samples_per_plugin
+        if _given(samples) and samples is not None and not SAMPLES_PER_PLUGIN.fullmatch(samples):
+            raise InvalidInput(
+                f"samples_per_plugin {samples[:80]!r} is not of the form "
+                "plugin=N[,plugin=N...], e.g. 'scalars=500,images=0'"
+            )
+        if _given(self.pinned) and not isinstance(self.pinned, bool):
+            raise InvalidInput("pinned must be true or false")
+        if _given(self.plugins):
+            unknown = sorted(set(self.plugins) - set(OFF_BY_DEFAULT_PLUGINS))
+            if unknown:
+                raise InvalidInput(
+                    f"unknown plugin(s) {', '.join(unknown)}; plugins a project can turn on: "
+                    f"{', '.join(sorted(OFF_BY_DEFAULT_PLUGINS))}"
+                )
+
+
+def _given(value: object) -> bool:
+    return value is not UNSET
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be a whole number from {low} to {high}")
+
+
+def _board(project: Project) -> Board:
+    assert project.board is not None
+    return project.board
+
+
+def describe_board(session: Session, project: Project, settings: Settings) -> dict[str, Any]:
+    """Desired and observed state, memory, restarts and settings of one board."""
+    return _describe(project.name, _board(project), session.get(BoardSettings, project.id),
+                     settings)  # fmt: skip
+
+
+def describe_boards(session: Session, settings: Settings) -> list[dict[str, Any]]:
+    """describe_board() of every project's board, by project name, then every compare board
+    (kind `compare`, named by its slug: it uses memory like any board)."""
+    rows = session.execute(
+        select(Project.name, Board, BoardSettings)
+        .join(Board, Board.project_id == Project.id)
+        .outerjoin(BoardSettings, BoardSettings.project_id == Project.id)
+        .order_by(Project.name)
+    ).all()
+    compares = session.scalars(select(CompareBoard).order_by(CompareBoard.slug))
+    return [
+        *(_describe(name, board, own, settings) for name, board, own in rows),
+        *(_describe(c.slug, c, None, settings, kind="compare") for c in compares),
+    ]
+
+
+def _describe(
+    name: str, board: BoardState, own: BoardSettings | None, settings: Settings,
+    kind: str = "project",
+) -> dict[str, Any]:  # fmt: skip
+    default_limit = int(settings.board_memory_limit) or None
+    limit = own.memory_limit if own is not None and own.memory_limit is not None else None
+    return {
+        "project": name,  # the board's name: /boards/<project>/
+        "kind": kind,
+        "desired": board.desired_state.value,
+        "observed": board.observed_state.value,
+        "upstream": board.upstream,
+        "instance": board.instance_id,
+        "last_access_at": iso_utc(board.last_access_at),
+        "pss_bytes": board.pss_bytes,
+        "memory_limit": (default_limit if limit is None else limit) or None,
+        "restarts": dict(board.restarts or {}),
+        "failures": board.failures,
+        "retry_at": iso_utc(board.retry_at),
+        "status_note": board.status_note,
+        "last_error": board.last_error,
+        "settings": settings_dict(own),
+    }
+
+
+def board_rows(session: Session, settings: Settings) -> list[BoardRow]:
+    """Every board, for /metrics, in one query."""
+    return [
+        BoardRow(project=row["project"], observed=row["observed"], pss_bytes=row["pss_bytes"],
+                 memory_limit=row["memory_limit"], restarts=row["restarts"])
+        for row in describe_boards(session, settings)
+    ]  # fmt: skip
+
+
+def settings_dict(own: BoardSettings | None) -> dict[str, Any]:
+    """The project's own settings; null fields inherit the global default."""
+    return {
+        "reload_interval": own.reload_interval if own else None,
+        "samples_per_plugin": own.samples_per_plugin if own else None,
+        "memory_limit": own.memory_limit if own else None,
+        "pinned": bool(own and own.pinned),
+        "plugins": sorted(own.plugins or []) if own else [],
+    }
+
+
+def update_settings(
+    session: Session, *, project: str, change: SettingsChange, actor: str, now: datetime
+) -> dict[str, Any]:
+    change.validate()
+    row = get_project(session, name=project)
+    own = session.get(BoardSettings, row.id)
+    if own is None:
+        own = BoardSettings(project_id=row.id, plugins=[], pinned=False, updated_by=actor)
+        session.add(own)
+    fields = {k: v for k, v in change.__dict__.items() if _given(v)}
+    for name, value in fields.items():
+        setattr(own, name, sorted(set(value)) if name == "plugins" else value)
+    own.updated_at, own.updated_by = now, actor
+    audit.record(
+        session, actor=actor, action="board.settings", target=project,
+        **{k: v for k, v in fields.items()},
+    )  # fmt: skip
+    session.flush()
+    return settings_dict(own)
+
+
+def request_restart(session: Session, *, project: str, actor: str, now: datetime) -> Board:
+    """Replace the board blue/green (reason `admin`); start it if it was not running."""
+    board = _board(get_project(session, name=project))
+    board.restart_requested_at = now
+    if board.desired_state != DesiredState.running:
+        board.desired_state, board.desired_at = DesiredState.running, now
+    board.failures, board.retry_at, board.memory_backoffs, board.memory_retry_at = 0, None, 0, None
+    audit.record(session, actor=actor, action="board.restart_request", target=project)
+    return board
+
+
+def request_heal(session: Session, *, project: str, why: str, now: datetime) -> bool:
+    """Replace a running board blue/green because its data changed under it in a way it
+    cannot follow (an event file rewritten in place: storage/event_health.py). A board that
+    does not run is left alone: its next start reads the files as they are."""
+    board = _board(get_project(session, name=project))
+    if board.desired_state != DesiredState.running:
+        return False
+    board.restart_requested_at = now
+    audit.record(session, actor="watcher", action="board.heal", target=project, why=why)
+    return True
+
+
+def request_stop(session: Session, *, project: str, actor: str, now: datetime) -> Board:
+    board = _board(get_project(session, name=project))
+    board.desired_state, board.desired_at = DesiredState.stopped, now
+    audit.record(session, actor=actor, action="board.stop_request", target=project)
+    return board
