@@ -1,0 +1,80 @@
+"""The boards settings: one group of tbhub's settings (combined in settings/__init__.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ByteSize, Field
+
+
+class BoardSettings(BaseModel):
+    """Boards: how TensorBoards start, stop when idle, and heal, and the memory they may use."""
+
+    tensorboard_bin: str | None = Field(
+        default=None,
+        description="A program to run as each board instead of tbhub's launcher (`python -m "
+        "tbhub.supervisor.board_process`, TensorBoard with off-by-default plugins left out). "
+        "It gets the launcher's arguments, --tbhub_disable_plugins first.",
+    )
+    # How boards start (issue 7): forked from a pre-imported zygote, or exec'd one by one.
+    board_launcher: Literal["zygote", "exec"] = Field(
+        default="zygote",
+        description="zygote: fork boards from one process per data dir that has imported "
+        "TensorBoard (a board program that does not run on tbhub's own Python is exec'd); "
+        "exec: start a new process for each board.",
+    )
+    board_state_dir: Path | None = Field(
+        default=None,
+        description="Where the local backend keeps each board's state file and log (and labels "
+        "its processes with this path). Replicas on one host that should adopt each other's "
+        "boards point it at the same local directory. Defaults to <data_dir>/boards.",
+    )
+    idle_timeout: float = Field(
+        default=900.0, gt=0, description="Seconds without a request before a board is stopped."
+    )
+    board_start_timeout: float = Field(
+        default=120.0, gt=0, description="Seconds a board may take to become ready."
+    )
+    board_stop_grace: float = Field(
+        default=5.0, gt=0, description="Seconds to wait after each signal (INT, TERM) on stop."
+    )
+    reconcile_interval: float = Field(
+        default=5.0, gt=0, description="Seconds between supervisor passes when nothing waits."
+    )
+    # Boards that heal themselves (supervisor/plan.py): memory limit, hung boards, budget.
+    board_memory_limit: ByteSize = Field(
+        default=ByteSize(2 * 1024**3),
+        description="PSS a board's processes (TensorBoard and its data server) may use before "
+        "it is replaced blue/green; units like 2GiB or 500MB. 0: no limit. Projects can "
+        "override it (`tbhub admin board set`).",
+    )
+    board_memory_budget: ByteSize | None = Field(
+        default=None,
+        description="Sum of board PSS allowed on this host; starting a board beyond it first "
+        "stops the least recently used idle boards. Defaults to half of the host's memory "
+        "(or of the cgroup limit in a container). 0: no budget.",
+    )
+    board_memory_fresh_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A board over its memory limit this soon after starting needs more than "
+        "the limit allows: instead of restarting it, memory restarts back off (1, 2, 4 ... 60 "
+        "minutes) and the status says so.",
+    )
+    board_hung_probes: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Health probes in a row a ready board may fail or time out before it counts "
+        "as hung and is replaced.",
+    )
+    board_probe_timeout: float = Field(
+        default=2.0, gt=0, le=60, description="Seconds a board's health probe may take."
+    )
+    run_stalled_minutes: float = Field(
+        default=30,
+        gt=0,
+        description="A running run whose event files got nothing new for this many minutes "
+        "is shown as stalled.",
+    )
