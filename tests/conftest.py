@@ -121,3 +121,20 @@ def client(settings: Settings, factory: sessionmaker[Session]) -> Iterator[TestC
     app = create_app(build_context(settings))
     with TestClient(app, base_url="http://testserver") as test_client:
         yield test_client
+
+
+# Modules whose tests drive the one Docker daemon: swarm mode, compose networks and the board
+# image are the daemon's, not a test's, so these run one after another on one worker.
+DOCKER_MODULES = {
+    "tests/e2e/test_docker_backend.py", "tests/e2e/test_swarm_backend.py",
+    "tests/e2e/test_compose.py", "tests/test_board_image.py", "tests/deploy/test_deploy_files.py",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` spreads the suite over workers (pytest-xdist, `--dist loadgroup`): a
+    module's tests stay on one worker, where its module fixtures (a server, a browser) are
+    made once, and the Docker daemon's tests share one worker."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("docker" if module in DOCKER_MODULES else module))
