@@ -546,3 +546,61 @@ class CompareRun(Base):
     position: Mapped[int] = mapped_column(Integer, default=0)
 
     run: Mapped[Run] = relationship(lazy="joined")
+
+
+# -- run health (issue 17: health/) -------------------------------------------------------------
+
+
+class AlertRule(Base):
+    """A project's setting for one detector (health/rules.py). Absent, or a field left
+    null, is the detector's default; a row exists only where an owner changed something."""
+
+    __tablename__ = "alert_rules"
+    __table_args__ = (UniqueConstraint("project_id", "detector"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    detector: Mapped[str] = mapped_column(String(16))  # nan | divergence | ... (rules.DETECTORS)
+    enabled: Mapped[bool | None] = mapped_column(Boolean)
+    tag_regex: Mapped[str | None] = mapped_column(String(255))
+    threshold: Mapped[float | None] = mapped_column(Float)
+    window: Mapped[int | None] = mapped_column(Integer)
+    histograms: Mapped[bool | None] = mapped_column(Boolean)  # nan: look into histograms too
+    updated_by: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Incident(Base):
+    """One detection on one run (and tag), from its first sighting to its resolution.
+
+    A detection that matches an open incident (same run, detector and tag) counts as a
+    repeat: `count` and `last_seen`/`last_step` move, nothing new is sent. `value` holds a
+    finite number only (SQLite has no NaN); `value_text` says what was seen ("nan", "-inf",
+    "12.5"). `run_path` stays readable after the run's row is gone."""
+
+    __tablename__ = "incidents"
+    __table_args__ = (
+        Index("ix_incidents_project", "project_id", "id"),
+        Index("ix_incidents_run", "run_id", "detector", "tag"),
+        Index("ix_incidents_open", "resolved_at", "project_id"),
+        NEVER_REUSED,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    run_path: Mapped[str] = mapped_column(String(1024))
+    tag: Mapped[str | None] = mapped_column(String(255))  # None: about the run (stalled ...)
+    detector: Mapped[str] = mapped_column(String(16))
+    severity: Mapped[str] = mapped_column(String(8))  # error | warning | info
+    step: Mapped[int | None] = mapped_column(BigInteger)  # where it was first seen
+    last_step: Mapped[int | None] = mapped_column(BigInteger)
+    wall_time: Mapped[datetime | None] = mapped_column(UTCDateTime)  # the writer's, if any
+    value: Mapped[float | None] = mapped_column(Float)
+    value_text: Mapped[str | None] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(String(1024))
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    resolved_by: Mapped[str | None] = mapped_column(String(64))  # a user, or "monitor"

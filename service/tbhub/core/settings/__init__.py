@@ -34,7 +34,9 @@ from tbhub.core.settings.auth import KNOWN_DEFAULT_SECRETS, MIN_SECRET_LENGTH, A
 from tbhub.core.settings.backup import BackupSettings
 from tbhub.core.settings.boards import BoardSettings
 from tbhub.core.settings.containers import ContainerSettings
+from tbhub.core.settings.health import HealthSettings
 from tbhub.core.settings.network import HOST_NAME, WILDCARD_HOSTS, NetworkSettings
+from tbhub.core.settings.notify import NotifySettings
 from tbhub.core.settings.retention import RetentionSettings
 from tbhub.core.settings.storage import StorageSettings
 
@@ -62,6 +64,8 @@ class Settings(
     StorageSettings,
     RetentionSettings,
     BackupSettings,
+    NotifySettings,
+    HealthSettings,
     BaseSettings,
 ):
     """Every setting tbhub reads, by group (the classes it combines); the settings reference
