@@ -604,3 +604,81 @@ class Incident(Base):
     count: Mapped[int] = mapped_column(Integer, default=1)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     resolved_by: Mapped[str | None] = mapped_column(String(64))  # a user, or "monitor"
+
+
+# -- notifications (health/notify) --------------------------------------------------------------
+
+
+class NotificationChannel(Base):
+    """Where a project's incidents go: a signed webhook, a Slack-format incoming webhook or
+    a list of email addresses. `url` (a Slack URL is itself a credential) and `secret` are
+    never shown again once saved; `last_error` is where owners see a delivery that failed
+    for good."""
+
+    __tablename__ = "notification_channels"
+    __table_args__ = (UniqueConstraint("project_id", "name"), NEVER_REUSED)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            index=True)  # fmt: skip
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # webhook | slack | email
+    url: Mapped[str | None] = mapped_column(String(2048))
+    secret: Mapped[str | None] = mapped_column(String(255))  # the webhook's HMAC key
+    recipients: Mapped[list[str]] = mapped_column(JSON, default=list)  # email addresses
+    detectors: Mapped[list[str]] = mapped_column(JSON, default=list)  # empty: every kind
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class EmailPreference(Base):
+    """One user's email from one project: which incident kinds (empty: all), or only for
+    the runs they registered. Checked against their access when each incident comes."""
+
+    __tablename__ = "email_preferences"
+
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
+                                         primary_key=True)  # fmt: skip
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            primary_key=True, index=True)  # fmt: skip
+    address: Mapped[str] = mapped_column(String(255))
+    detectors: Mapped[list[str]] = mapped_column(JSON, default=list)
+    own_runs_only: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Delivery(Base):
+    """One incident on its way to one channel or one user: the outbox. The worker on the
+    leader sends what is due, folds what one target got within a minute into a digest, and
+    retries with backoff; the row outlives a restart, so nothing pending is lost."""
+
+    __tablename__ = "notification_deliveries"
+    __table_args__ = (
+        Index("ix_deliveries_due", "state", "next_attempt_at"),
+        Index("ix_deliveries_channel", "channel_id", "id"),
+        NEVER_REUSED,
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    channel_id: Mapped[int | None] = mapped_column(
+        ForeignKey("notification_channels.id", ondelete="CASCADE")
+    )
+    user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), index=True
+    )
+    incident_id: Mapped[int | None] = mapped_column(Integer)  # None: a test message
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the incident then
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # see notify/outbox.py
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
