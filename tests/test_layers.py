@@ -16,7 +16,8 @@ LAYERS: list[set[str]] = [
     {"core"},  # settings, errors, the database model; everything may import these
     {"storage", "artifacts"},  # files on the storage root; images and wheels tbhub builds
     {"domain", "auth"},  # users, projects, runs, boards...; who may do what
-    {"housekeeping", "supervisor"},  # retention and backup; the boards' runtime
+    {"housekeeping", "supervisor", "health"},  # retention and backup; the boards' runtime;
+    # run health (the monitor, its detectors and incidents, notifications)
     {"http"},  # what every route shares: dependencies, errors, CSRF, headers, templates
     {"api", "web"},  # the JSON API and the HTML pages
     {"serve"},  # the app assembled, the server, replicas, nginx

@@ -1,5 +1,5 @@
-"""/metrics in the Prometheus text format: backups, trash, and boards (states, memory,
-restarts by reason, start latency, reconcile pass duration)."""
+"""/metrics in the Prometheus text format: backups, trash, boards (states, memory,
+restarts by reason, start latency, reconcile pass duration) and run-health incidents."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from tbhub.core.models import ObservedState, RestartReason
+from tbhub.health.incidents import open_totals
 from tbhub.housekeeping.backup import last_runs, recovery_point_age
 from tbhub.housekeeping.trash import trash_totals
 from tbhub.http.deps import ContextDep, SessionDep
 from tbhub.supervisor.board_settings import board_rows
-from tbhub.supervisor.metrics import board_lines
+from tbhub.supervisor.metrics import board_lines, incident_lines
 
 router = APIRouter(tags=["health"])
 
@@ -53,5 +54,7 @@ def metrics(session: SessionDep, context: ContextDep) -> PlainTextResponse:
         reasons=[r.value for r in RestartReason],
         budget=context.settings.memory_budget_bytes,
     )
-    text = metrics_text(session, time.time()) + "\n".join([*boards, *context.board_metrics.lines()])
+    incidents = incident_lines(*open_totals(session))
+    lines = [*boards, *incidents, *context.board_metrics.lines()]
+    text = metrics_text(session, time.time()) + "\n".join(lines)
     return PlainTextResponse(text + "\n", media_type="text/plain; version=0.0.4")

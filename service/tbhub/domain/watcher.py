@@ -146,6 +146,7 @@ class StorageWatcher:
         on_change: Callable[[], None] = lambda: None,
         claims: Callable[[str], Claimed] = lambda project: NONE_CLAIMED,
         healer: Healer | None = None,
+        on_event_files: Callable[[set[tuple[str, str]]], None] | None = None,
         settle: float = 0.1,
         min_gap: float = 0.5,
         retry_after: float = 5.0,
@@ -161,6 +162,9 @@ class StorageWatcher:
         # Event files rewritten in place get their board restarted (storage/event_health.py).
         self.healer = healer
         self.framing = FramingWatch(self.root)
+        # Each flush hands the event files it heard about, (project, path in it), to the
+        # run-health monitor (health/monitor.py), after the sink has the runs they make.
+        self.on_event_files = on_event_files
         self._event_files: set[tuple[str, str]] = set()
         self.settle = settle  # let a burst of events gather before a flush
         self.min_gap = min_gap  # at most one flush (one DB write) per this many seconds
@@ -251,7 +255,7 @@ class StorageWatcher:
             rel, may_be_run = "/".join(parts[1:-1]), parts[-1].startswith(EVENT_FILE_PREFIX)
         with self._dirty_lock:
             self._dirty.add((parts[0], rel, may_be_run))
-            if may_be_run and not is_directory and self.healer is not None:
+            if may_be_run and not is_directory and (self.healer or self.on_event_files):
                 self._event_files.add((parts[0], "/".join(parts[1:])))
         self._wake.set()
         return True
@@ -358,6 +362,8 @@ class StorageWatcher:
                     raise
                 for change in changes:
                     self.index.apply(change)
+        if event_files and self.on_event_files is not None:
+            self.on_event_files(event_files)
         return changes
 
     def _heal(self, event_files: set[tuple[str, str]]) -> None:

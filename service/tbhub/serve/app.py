@@ -14,6 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from tbhub import __version__
 from tbhub.api import (
     admin,
+    alert_rules,
     audit,
     board_bar,
     board_gate,
@@ -21,6 +22,7 @@ from tbhub.api import (
     compare,
     csrf,
     health,
+    incidents,
     members,
     metrics,
     pip,
@@ -170,6 +172,8 @@ def create_app(
     app.include_router(teams.router)
     app.include_router(boards.router)
     app.include_router(compare.router)
+    app.include_router(incidents.router)
+    app.include_router(alert_rules.router)
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(project_pages.router)

@@ -1,5 +1,6 @@
-"""What only the supervisor leader runs: the board backend and supervisor, the job runner
-and the storage watcher. Built fresh for each term of leadership and stopped at its end.
+"""What only the supervisor leader runs: the board backend and supervisor, the job runner,
+the storage watcher, the run-health monitor and the notification worker. Built fresh for
+each term of leadership and stopped at its end.
 
 One leader means one process starting and stopping boards, one scheduler of backups and
 retention, and one walker of the storage writing discovered runs (on NFS the walk is the
@@ -8,14 +9,17 @@ expensive part). Standby replicas serve the API, the UI and the auth hook only.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from tbhub.core.db import transaction
 from tbhub.core.settings import Settings
 from tbhub.domain.run_sink import DatabaseRunSink
 from tbhub.domain.watcher import StorageWatcher, choose_mode
+from tbhub.health.monitor import HealthMonitor
 from tbhub.housekeeping.runner import JobRunner, start_jobs
 from tbhub.http.deps import AppContext
 from tbhub.storage.compare_view import compare_root
@@ -30,7 +34,11 @@ log = logging.getLogger("tbhub")
 
 
 def start_watcher(
-    settings: Settings, context: AppContext, *, on_change: Callable[[], None]
+    settings: Settings,
+    context: AppContext,
+    *,
+    on_change: Callable[[], None],
+    monitor: HealthMonitor | None = None,
 ) -> StorageWatcher | None:
     """The storage watcher feeding the runs table, and the upload quota's byte counts."""
     if settings.watch_mode == "off":
@@ -51,10 +59,32 @@ def start_watcher(
         on_change=on_change,
         claims=sink.registered,
         healer=Healer(heal),
+        on_event_files=monitor.event_files if monitor is not None else None,
     )
     watcher.start()
     context.usage.watcher = watcher
     return watcher
+
+
+def start_monitor(settings: Settings, context: AppContext) -> HealthMonitor | None:
+    """The run-health monitor, fed by the watcher; None when turned off (or with no
+    watcher to tell it what changed)."""
+    if not settings.health_monitor or settings.watch_mode == "off":
+        return None
+    monitor = HealthMonitor(settings, context.factory, context.scalars)
+    monitor.start()
+    context.board_metrics.health_lines = monitor.metric_lines
+    return monitor
+
+
+def start_notify(settings: Settings, context: AppContext) -> Any:
+    """The notification worker (health/notify), when this tbhub has one."""
+    try:
+        outbox: Any = importlib.import_module("tbhub.health.notify.outbox")
+    except ImportError:
+        return None
+    starter = getattr(outbox, "start_delivery", None)
+    return starter(settings, context.factory) if starter is not None else None
 
 
 class LeaderDuties:
@@ -70,6 +100,8 @@ class LeaderDuties:
         self._supervisor: Supervisor | None = None
         self._jobs: JobRunner | None = None
         self._watcher: StorageWatcher | None = None
+        self._monitor: HealthMonitor | None = None
+        self._notify: Any = None  # health/notify's delivery worker (has .stop())
 
     @property
     def running(self) -> bool:
@@ -99,7 +131,11 @@ class LeaderDuties:
         )
         self._supervisor.start()
         self._jobs = start_jobs(settings, context.factory)
-        self._watcher = start_watcher(settings, context, on_change=self._jobs.notify_change)
+        self._monitor = start_monitor(settings, context)
+        self._watcher = start_watcher(
+            settings, context, on_change=self._jobs.notify_change, monitor=self._monitor
+        )
+        self._notify = start_notify(settings, context)
 
     def wake(self) -> None:
         if self._supervisor is not None:
@@ -114,6 +150,13 @@ class LeaderDuties:
             self.context.usage.watcher = None
             self._watcher.stop()
             self._watcher = None
+        if self._monitor is not None:
+            self.context.board_metrics.health_lines = None
+            self._monitor.stop()
+            self._monitor = None
+        if self._notify is not None:
+            self._notify.stop()
+            self._notify = None
         if self._jobs is not None:
             self._jobs.stop()
             self._jobs = None

@@ -1,68 +1,44 @@
-"""A run's scalar curves, read from its own event files a little at a time, for sparklines.
+"""A run's scalar curves, for sparklines, read through the one incremental event-file reader
+(storage/event_reader.py): each run's files are read on from where the last read stopped, at
+most `budget` bytes per call, so a page of sparklines costs bounded work however large the
+runs are.
 
-Each event file is read from where the last read stopped (its offset is remembered), only
-when its size or mtime changed, and at most `budget` bytes per call, so a page of sparklines
-costs bounded work however large the runs are. Records are TFRecord frames (length, CRC of
-the length, Event proto, CRC); a frame cut short by a writer still writing ends the read
-until more arrives. TensorBoard's own loaders keep a file open per event file and cannot
-start at an offset, so with thousands of runs this reader opens, seeks and closes instead.
-
-Files are opened by directory descriptor without following symlinks (DESIGN.md decision 9).
 Per run at most `MAX_SERIES` curves of at most `2 * MAX_POINTS` points are kept: a curve
-that grows past that drops every other point, which keeps its shape.
+that grows past that drops every other point, which keeps its shape. Values that are not
+finite are left out of the curves (health/ reports them).
+
+On the leader the run-health monitor reads through this cache too (`refresh`): every new
+point reaches the sparklines and the `listener` in the same read, so a record is parsed once
+however many want it. A run dropped from the cache (it holds the `max_runs` runs read most
+recently) starts over from the start of its files when it is read again; the listener gets
+that reading with `reset` set.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import struct
+import math
 import threading
 from collections import OrderedDict
-from contextlib import closing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
-from typing import Any
 
-from tbhub.core.errors import UnsafePath
-from tbhub.storage.run_files import opened_run, walk_files
-from tbhub.storage.scan import EVENT_FILE_PREFIX
+from tbhub.storage.event_reader import Reading, RunFollower, load_reader
+
+__all__ = ["MAX_POINTS", "ScalarCache", "load_reader", "pick_curve"]
 
 MAX_POINTS = 256
 MAX_SERIES = 32
-MAX_FILES = 64  # event files looked at per run
-MAX_DEPTH = 2  # subdirectories (train/, validation/ ...) of the run looked into
-HEADER = struct.Struct("<QI")  # length, masked CRC-32C of the length
-FOOTER = 4  # masked CRC-32C of the data (not checked: the proto parse catches garbage)
-SCALARS_PLUGIN = "scalars"
 Point = tuple[int, float]
-
-
-@dataclass
-class _File:
-    size: int = 0
-    mtime_ns: int = 0
-    offset: int = 0
-    dead: bool = False  # unreadable garbage: left alone until the file is replaced
+# Hears every reading of every run: (project, run path, reading), under the run's lock.
+Listener = Callable[[str, str, Reading], None]
 
 
 @dataclass
 class _Run:
-    files: dict[str, _File] = field(default_factory=dict)  # relative path -> progress
+    follower: RunFollower
     series: dict[str, list[Point]] = field(default_factory=dict)  # curve name -> points
-    plugins: dict[str, str] = field(default_factory=dict)  # curve name -> plugin (TF2 tensors)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def load_reader() -> None:
-    """Import what reading event files needs (TensorBoard's protos, its CRC), which the
-    functions below import on first use so that the CLI never pays for it; `tbhub serve`
-    calls this before it freezes its start-up objects out of the garbage collector's way."""
-    from google.protobuf.message import DecodeError  # noqa: F401
-    from tensorboard.compat.proto.event_pb2 import Event  # noqa: F401
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c  # noqa: F401
-    from tensorboard.util import tensor_util  # noqa: F401
 
 
 def _thin(points: list[Point]) -> list[Point]:
@@ -73,92 +49,38 @@ def _thin(points: list[Point]) -> list[Point]:
     return kept
 
 
-def _add(run: _Run, name: str, step: int, value: float) -> None:
-    points = run.series.get(name)
-    if points is None:
-        if len(run.series) >= MAX_SERIES:
-            return
-        points = run.series[name] = []
-    points.append((step, value))
-    if len(points) > 2 * MAX_POINTS:
-        run.series[name] = _thin(points)
-
-
-def _scalar_of(run: _Run, name: str, value: Any) -> float | None:
-    """The float a Summary.Value holds, if it is a scalar: an old-style `simple_value`, or a
-    tensor of the scalars plugin (its metadata comes with the first value of a tag only)."""
-    kind = value.WhichOneof("value")
-    if kind == "simple_value":
-        return float(value.simple_value)
-    if kind != "tensor":
-        return None
-    plugin = value.metadata.plugin_data.plugin_name
-    if plugin:
-        run.plugins[name] = plugin
-    if run.plugins.get(name) != SCALARS_PLUGIN:
-        return None
-    from tensorboard.util import tensor_util
-
-    array = tensor_util.make_ndarray(value.tensor)
-    return float(array.item()) if array.size == 1 else None
-
-
-def _frames(data: bytes) -> tuple[list[bytes], int, bool]:
-    """The whole records at the start of `data`, the bytes they take, and whether a garbled
-    frame was met (then the read stops there for good)."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
-    records: list[bytes] = []
-    pos = 0
-    while pos + HEADER.size <= len(data):
-        length, crc = HEADER.unpack_from(data, pos)
-        if masked_crc32c(data[pos : pos + 8]) != crc:
-            return records, pos, True
-        end = pos + HEADER.size + length + FOOTER
-        if end > len(data):
-            break  # cut short: the writer is still writing it
-        records.append(data[pos + HEADER.size : pos + HEADER.size + length])
-        pos = end
-    return records, pos, False
-
-
-def _read_file(run: _Run, prefix: str, dir_fd: int, name: str, state: _File, budget: int) -> int:
-    """Read new records of one event file into the run's curves; the bytes read."""
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto.event_pb2 import Event
-
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return 0
-    try:
-        data = os.pread(fd, min(budget, state.size - state.offset), state.offset)
-    finally:
-        os.close(fd)
-    records, used, garbled = _frames(data)
-    for record in records:
-        try:
-            event = Event.FromString(record)
-        except DecodeError:
-            garbled = True
-            break
-        for value in event.summary.value:
-            curve = prefix + value.tag
-            number = _scalar_of(run, curve, value)
-            if number is not None and number == number and abs(number) != float("inf"):
-                _add(run, curve, int(event.step), number)
-    state.offset += used
-    state.dead = garbled
-    return len(data)
+def _add(run: _Run, reading: Reading) -> None:
+    if reading.reset:
+        run.series.clear()
+    series = run.series
+    for tag, step, _, value in reading.scalars:
+        if not math.isfinite(value):
+            continue
+        points = series.get(tag)
+        if points is None:
+            if len(series) >= MAX_SERIES:
+                continue
+            points = series[tag] = []
+        points.append((step, value))
+        if len(points) > 2 * MAX_POINTS:
+            series[tag] = _thin(points)
 
 
 class ScalarCache:
-    """Per run (project, path): file offsets and curves, for the newest `max_runs` runs read."""
+    """Per run (project, path): its follower and curves, for the newest `max_runs` runs read."""
 
-    def __init__(self, storage_root: Path, *, max_runs: int = 2048, budget: int = 4 << 20):
+    def __init__(
+        self,
+        storage_root: Path,
+        *,
+        max_runs: int = 2048,
+        budget: int = 4 << 20,
+        listener: Listener | None = None,
+    ) -> None:
         self.storage_root = storage_root
         self.max_runs = max_runs
         self.budget = budget
+        self.listener = listener
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -166,54 +88,42 @@ class ScalarCache:
         with self._lock:
             run = self._runs.get(key)
             if run is None:
-                run = self._runs[key] = _Run()
+                run = self._runs[key] = _Run(RunFollower(self.storage_root, *key))
             self._runs.move_to_end(key)
             while len(self._runs) > self.max_runs:
                 self._runs.popitem(last=False)
             return run
+
+    def refresh(self, project: str, run_path: str, *, budget: int | None = None,
+                histograms: bool = False) -> Reading:  # fmt: skip
+        """Read what the run's event files gained (up to `budget` bytes, the cache's by
+        default) into its curves and hand it to the listener; what was read."""
+        run = self._entry((project, run_path))
+        with run.lock:
+            return self._read(run, project, run_path, budget, histograms)
+
+    def _read(self, run: _Run, project: str, run_path: str, budget: int | None,
+              histograms: bool) -> Reading:  # fmt: skip
+        if histograms:  # a rule asks for them: from here on (what was read stays read)
+            run.follower.histograms = True
+        reading = run.follower.read(self.budget if budget is None else budget)
+        _add(run, reading)
+        if self.listener is not None and (reading.scalars or reading.histograms
+                                          or reading.reset):  # fmt: skip
+            self.listener(project, run_path, reading)
+        return reading
+
+    def forget(self, project: str, run_path: str) -> None:
+        with self._lock:
+            self._runs.pop((project, run_path), None)
 
     def curves(self, project: str, run_path: str) -> dict[str, list[Point]]:
         """The run's scalar curves (name -> (step, value) points), after reading what its
         event files gained since the last call, up to the byte budget."""
         run = self._entry((project, run_path))
         with run.lock:
-            try:
-                self._refresh(run, project, run_path)
-            except UnsafePath:  # a symlink where the run should be: never followed
-                return {}
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES):
-                    raise
+            self._read(run, project, run_path, None, False)
             return {name: list(points) for name, points in run.series.items()}
-
-    def _refresh(self, run: _Run, project: str, run_path: str) -> None:
-        budget = self.budget
-        with (
-            opened_run(self.storage_root, project, run_path) as fd,
-            closing(walk_files(fd, max_depth=MAX_DEPTH)) as walk,
-        ):
-            event_files = (f for f in walk if f[2].startswith(EVENT_FILE_PREFIX))
-            for path, dir_fd, name, st in islice(event_files, MAX_FILES):
-                if budget <= 0:
-                    break
-                budget -= self._refresh_file(run, path, dir_fd, name, st, budget)
-
-    def _refresh_file(
-        self, run: _Run, path: str, dir_fd: int, name: str, st: os.stat_result, budget: int
-    ) -> int:
-        state = run.files.get(path)
-        if state is None or st.st_size < state.offset:  # new, or replaced by a shorter file
-            if state is not None:  # its points are mixed into the curves: start over
-                run.files.clear()
-                run.series.clear()
-            state = run.files[path] = _File()
-        if state.dead and (st.st_size, st.st_mtime_ns) == (state.size, state.mtime_ns):
-            return 0
-        state.size, state.mtime_ns = st.st_size, st.st_mtime_ns
-        if state.offset >= st.st_size:
-            return 0
-        prefix = path[: -len(name)]  # the subdirectory (train/, validation/ ...) names the curve
-        return _read_file(run, prefix, dir_fd, name, state, budget)
 
 
 def pick_curve(curves: dict[str, list[Point]]) -> str | None:

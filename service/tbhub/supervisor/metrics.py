@@ -7,7 +7,7 @@ starts them again from zero.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -53,6 +53,8 @@ class SupervisorMetrics:
     # This replica runs the supervisor (replica.py), and how often that changed.
     leader: bool = False
     leader_changes: int = 0
+    # The run-health monitor's lines while this replica runs it (serve/duties.py).
+    health_lines: Callable[[], list[str]] | None = None
 
     def lines(self) -> list[str]:
         return [
@@ -69,6 +71,7 @@ class SupervisorMetrics:
             *self.reconcile_seconds.lines(
                 "tbhub_reconcile_pass_seconds", "Wall time of one supervisor reconcile pass."
             ),
+            *(self.health_lines() if self.health_lines is not None else []),
         ]  # fmt: skip
 
 
@@ -91,6 +94,20 @@ def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, objec
     """One metric family: HELP, TYPE, then `name{labels} value` per sample."""
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
             *(f"{name}{labels} {value}" for labels, value in samples)]  # fmt: skip
+
+
+def incident_lines(
+    open_incidents: Sequence[tuple[str, str, int]], totals: Sequence[tuple[str, int]]
+) -> list[str]:
+    """Open incidents by project and detector, and every incident raised by detector."""
+    return [
+        *_family("tbhub_incidents_open", "gauge", "Open run-health incidents.",
+                 [(f'{{project="{_label(p)}",detector="{_label(d)}"}}', n)
+                  for p, d, n in open_incidents]),
+        *_family("tbhub_incidents", "gauge",
+                 "Run-health incidents recorded, open or resolved, by detector.",
+                 [(f'{{detector="{_label(d)}"}}', n) for d, n in totals]),
+    ]  # fmt: skip
 
 
 def board_lines(

@@ -1,0 +1,201 @@
+"""The curve detectors, pure: fed one run's new points in order, they say what they see.
+
+- nan: a value that is NaN or ±Inf on a matching curve (and in a histogram, when asked).
+- divergence: a loss-like curve far above its recent level for `PATIENCE` points in a row.
+  "Far" is robust: (value - median) / (1.4826 · MAD) over the last `window` points, so the
+  spikes of a noisy loss move neither the level nor the spread much (a mean and standard
+  deviation would let one spike hide the next).
+- grad_explosion: the same on the logarithm of a grad-norm-like curve (norms spread over
+  orders of magnitude), one point is enough.
+- plateau: no improvement by a relative `threshold` for `window` steps (off by default).
+
+The run-level detectors (stalled, crashed, finished) look at the runs table (monitor.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import median
+
+from tbhub.health.rules import RuleSet
+from tbhub.storage.event_reader import HistogramPoint, ScalarPoint
+
+MIN_POINTS = 20  # recent points a robust level needs before anything is called far from it
+PATIENCE = {"divergence": 3, "grad_explosion": 1}
+MAD_TO_SIGMA = 1.4826
+# The least spread assumed, so a curve that was flat is not "far" from a tiny wobble:
+# relative to the level for a loss, absolute in log space for a norm (e^0.1: 10 %).
+SPREAD_FLOOR = {"divergence": 0.01, "grad_explosion": 0.1}
+TAG_MAX = 255  # incidents.tag String(255)
+
+
+@dataclass(frozen=True)
+class Detection:
+    detector: str
+    tag: str | None
+    step: int | None
+    wall_time: float | None
+    value: float | None
+    message: str
+
+
+def value_text(value: float | None) -> str | None:
+    if value is None:
+        return None
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.6g}"
+
+
+@dataclass
+class _Curve:
+    recent: deque[float]
+    above: int = 0  # points in a row far above the level
+    best: float | None = None  # plateau: the lowest value so far ...
+    best_step: int = 0  # ... and where it was reached
+    flat_reported: bool = False
+
+
+@dataclass
+class RunDetectors:
+    """One run's curves as the detectors remember them."""
+
+    rules: RuleSet
+    curves: dict[tuple[str, str], _Curve] = field(default_factory=dict)
+    _matches: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def matches(self, detector: str, tag: str) -> bool:
+        key = (detector, tag)
+        hit = self._matches.get(key)
+        if hit is None:
+            rule = self.rules[detector]
+            pattern = rule.pattern
+            hit = self._matches[key] = bool(
+                rule.enabled and pattern is not None and pattern.search(tag[:TAG_MAX])
+            )
+        return hit
+
+    def feed(self, points: Iterable[ScalarPoint]) -> list[Detection]:
+        found: list[Detection] = []
+        for point in points:
+            if not math.isfinite(point.value):
+                if self.matches("nan", point.tag):
+                    found.append(
+                        Detection(
+                            "nan",
+                            point.tag,
+                            point.step,
+                            point.wall_time,
+                            point.value,
+                            f"{point.tag} is {value_text(point.value)} at step {point.step}",
+                        )
+                    )
+                continue
+            for detector in ("divergence", "grad_explosion"):
+                if self.matches(detector, point.tag):
+                    hit = self._far_above(detector, point)
+                    if hit is not None:
+                        found.append(hit)
+            if self.matches("plateau", point.tag):
+                hit = self._plateau(point)
+                if hit is not None:
+                    found.append(hit)
+        return found
+
+    def feed_histograms(self, points: Iterable[HistogramPoint]) -> list[Detection]:
+        if not (self.rules.on("nan") and self.rules["nan"].histograms):
+            return []
+        return [
+            Detection(
+                "nan",
+                p.tag,
+                p.step,
+                p.wall_time,
+                None,
+                f"histogram {p.tag} holds NaN or infinite values at step {p.step}",
+            )
+            for p in points
+            if not p.finite and self.matches("nan", p.tag)
+        ]
+
+    def _curve(self, detector: str, tag: str, window: int) -> _Curve:
+        curve = self.curves.get((detector, tag))
+        if curve is None:
+            curve = self.curves[(detector, tag)] = _Curve(deque(maxlen=window))
+        return curve
+
+    def _far_above(self, detector: str, point: ScalarPoint) -> Detection | None:
+        rule = self.rules[detector]
+        assert rule.window is not None and rule.threshold is not None
+        curve = self._curve(detector, point.tag, rule.window)
+        if detector == "grad_explosion":
+            if point.value <= 0:
+                return None
+            value = math.log(point.value)
+        else:
+            value = point.value
+        z = _robust_z(
+            value, curve.recent, SPREAD_FLOOR[detector], relative=detector != "grad_explosion"
+        )
+        curve.recent.append(value)
+        if z is None or z <= rule.threshold:
+            curve.above = 0
+            return None
+        curve.above += 1
+        if curve.above < PATIENCE[detector]:
+            return None
+        level = median(curve.recent)
+        shown = math.exp(level) if detector == "grad_explosion" else level
+        what = "diverging" if detector == "divergence" else "exploding"
+        return Detection(
+            detector,
+            point.tag,
+            point.step,
+            point.wall_time,
+            point.value,
+            f"{point.tag} is {what}: {value_text(point.value)} at step "
+            f"{point.step}, its recent level is {value_text(shown)}",
+        )
+
+    def _plateau(self, point: ScalarPoint) -> Detection | None:
+        rule = self.rules["plateau"]
+        assert rule.window is not None and rule.threshold is not None
+        curve = self._curve("plateau", point.tag, 1)
+        if curve.best is None or point.value < curve.best - rule.threshold * abs(curve.best):
+            curve.best, curve.best_step, curve.flat_reported = point.value, point.step, False
+            return None
+        if curve.flat_reported or point.step - curve.best_step < rule.window:
+            return None
+        curve.flat_reported = True
+        return Detection(
+            "plateau",
+            point.tag,
+            point.step,
+            point.wall_time,
+            point.value,
+            f"{point.tag} has not improved for {point.step - curve.best_step} "
+            f"steps (best {value_text(curve.best)} at step {curve.best_step})",
+        )
+
+
+def _robust_z(value: float, recent: deque[float], floor: float, *, relative: bool) -> float | None:
+    """How many robust standard deviations `value` lies above the median of `recent`; None
+    while there are too few points to tell."""
+    if len(recent) < MIN_POINTS:
+        return None
+    ordered = sorted(recent)
+    level = _middle(ordered)
+    spread = MAD_TO_SIGMA * _middle(sorted(abs(v - level) for v in ordered))
+    least = floor * abs(level) if relative else floor
+    return (value - level) / max(spread, least, 1e-12)
+
+
+def _middle(ordered: list[float]) -> float:
+    n = len(ordered)
+    half = n // 2
+    return ordered[half] if n % 2 else (ordered[half - 1] + ordered[half]) / 2

@@ -1,0 +1,456 @@
+"""The run-health monitor: on the leader, it follows the event files of the runs that change
+and raises incidents (health/incidents.py) from what the detectors see.
+
+Cost stays bounded however many runs there are. The storage watcher hands over each event
+file it heard about (`event_files`); only the runs those belong to are read, through the
+sparklines' cache (storage/scalars.py: the same follower, so each record is parsed once),
+at most `health_pass_bytes` per pass; a run left behind goes on next pass. There is no
+rescan: at start only the runs that are running or wrote lately are read, from the start of
+their files (detectors need the recent past; incidents already recorded are not repeated).
+
+Each pass also looks at the runs table: a run whose status became failed or killed is
+`crashed`, finished is `finished` (a notification); a running run with no new data for the
+rule's minutes is `stalled`, resolved when data comes again or the run ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.core.db import transaction
+from tbhub.core.models import (
+    AlertRule,
+    Incident,
+    Project,
+    RetentionState,
+    Run,
+    RunEvent,
+    RunStatus,
+)
+from tbhub.core.settings import Settings
+from tbhub.health import incidents
+from tbhub.health.detectors import Detection, RunDetectors
+from tbhub.health.rules import RuleSet, effective_rules
+from tbhub.storage.event_reader import Reading
+from tbhub.storage.scalars import ScalarCache
+
+log = logging.getLogger("tbhub.health")
+
+RULES_SECONDS = 10.0  # an owner's change to the rules applies within this
+RUNS_EVERY = 5.0  # seconds between two looks at the runs table (status changes, stalls)
+SEED_HOURS = 1.0  # at start: runs that wrote within this long are read
+STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
+EVENTS_PER_PASS = 1000
+CRASHED = {
+    RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
+    RunStatus.killed.value: "was killed (a signal or an interrupt)",
+}
+ENDED = (RunStatus.finished.value, RunStatus.failed.value, RunStatus.killed.value)
+
+
+@dataclass
+class _Watched:
+    run_id: int
+    project_id: int
+    detectors: RunDetectors | None = None
+
+
+@dataclass
+class MonitorStats:
+    passes: int = 0
+    pass_seconds: float = 0.0
+    bytes_read: int = 0
+    incidents: int = 0
+
+
+@dataclass
+class _Rules:
+    ruleset: RuleSet
+    loaded: float
+
+
+@dataclass
+class HealthMonitor:
+    settings: Settings
+    factory: sessionmaker[Session]
+    scalars: ScalarCache
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    stats: MonitorStats = field(default_factory=MonitorStats)
+
+    def __post_init__(self) -> None:
+        self._files: set[tuple[str, str]] = set()  # (project, event file path) heard about
+        self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()  # runs to read
+        self._readings: deque[tuple[str, str, Reading]] = deque()
+        self._watched: OrderedDict[tuple[str, str], _Watched] = OrderedDict()
+        self._rules: dict[int, _Rules] = {}
+        self._cursor: int | None = None  # the newest run event looked at
+        self._runs_checked = 0.0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.scalars.max_runs = max(self.scalars.max_runs, self.settings.health_max_runs)
+        self.scalars.listener = self._heard
+
+    # -- what others tell us ----------------------------------------------------------------
+
+    def event_files(self, files: Iterable[tuple[str, str]]) -> None:
+        """The watcher's hook: these event files (project, path in it) changed."""
+        with self._lock:
+            self._files.update(files)
+        self._wake.set()
+
+    def _heard(self, project: str, run_path: str, reading: Reading) -> None:
+        """The scalar cache's listener: every reading, whoever asked for it."""
+        with self._lock:
+            self._readings.append((project, run_path, reading))
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tbhub-health", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.scalars.listener == self._heard:
+            self.scalars.listener = None
+
+    def _run(self) -> None:
+        try:
+            self.seed()
+        except Exception:
+            log.exception("health monitor: could not list the active runs; going on")
+        while not self._stop.is_set():
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("health monitor pass failed; retrying")
+            with self._lock:
+                busy = bool(self._pending or self._files)
+            if not busy:
+                self._wake.wait(self.settings.health_interval)
+            self._wake.clear()
+
+    def seed(self) -> int:
+        """Mark the runs that are running or wrote lately to be read; how many."""
+        since = self.clock() - timedelta(hours=SEED_HOURS)
+        query = (
+            select(Project.name, Run.path)
+            .join(Project, Project.id == Run.project_id)
+            .where(Run.retention_state == RetentionState.present)
+            .where(or_(Run.status == RunStatus.running, Run.last_write >= since))
+            .order_by(Run.last_write.desc())
+            .limit(self.settings.health_max_runs)
+        )
+        with self.factory() as session:
+            keys = [(name, path) for name, path in session.execute(query)]
+        with self._lock:
+            self._pending.update((key, None) for key in keys)
+        return len(keys)
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def run_pass(self) -> int:
+        """Read what changed (within the byte budget), detect, record; new incidents."""
+        started = time.monotonic()
+        with self._lock:
+            files, self._files = self._files, set()
+        if files:
+            self._resolve(files)
+        budget = self.settings.health_pass_bytes
+        with self._lock:
+            keys = list(self._pending)
+        for key in keys:
+            if budget <= 0:
+                break
+            rules = self._rules_for_key(key)
+            histograms = rules is not None and rules.on("nan") and rules["nan"].histograms
+            reading = self.scalars.refresh(*key, budget=budget, histograms=histograms)
+            budget -= reading.bytes_read
+            self.stats.bytes_read += reading.bytes_read
+            if not reading.behind:
+                with self._lock:
+                    self._pending.pop(key, None)
+        found = self._detect()
+        now = self.clock()
+        raised = 0
+        with transaction(self.factory) as session:
+            raised += self._record(session, found, now)
+            if time.monotonic() - self._runs_checked >= RUNS_EVERY:
+                self._runs_checked = time.monotonic()
+                raised += self._status_changes(session, now)
+                raised += self._stalls(session, now)
+        self.stats.passes += 1
+        self.stats.pass_seconds += time.monotonic() - started
+        self.stats.incidents += raised
+        return raised
+
+    def check_runs_now(self) -> None:
+        """Look at the runs table on the next pass (tests, and a status change the API made)."""
+        self._runs_checked = 0.0
+        self._wake.set()
+
+    def _resolve(self, files: set[tuple[str, str]]) -> None:
+        """The runs the changed files belong to: the outermost run at or above each file."""
+        by_project: dict[str, set[str]] = {}
+        for project, path in files:
+            parts = path.split("/")[:-1]
+            by_project.setdefault(project, set()).update(
+                "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)
+            )
+        found: list[tuple[str, str]] = []
+        with self.factory() as session:
+            for project, candidates in by_project.items():
+                query = (
+                    select(Run.path)
+                    .join(Project, Project.id == Run.project_id)
+                    .where(Project.name == project, Run.path.in_(sorted(candidates)[:500]))
+                )
+                paths = set(session.scalars(query))
+                for _, path in (f for f in files if f[0] == project):
+                    parts = path.split("/")[:-1]
+                    owner = next(
+                        (
+                            p
+                            for d in range(1, len(parts) + 1)
+                            if (p := "/".join(parts[:d])) in paths
+                        ),
+                        None,
+                    )
+                    if owner is not None:
+                        found.append((project, owner))
+        with self._lock:
+            self._pending.update((key, None) for key in found)
+
+    # -- rules ------------------------------------------------------------------------------
+
+    def _watched_for(self, session: Session | None, key: tuple[str, str]) -> _Watched | None:
+        watched = self._watched.get(key)
+        if watched is not None:
+            self._watched.move_to_end(key)
+            return watched
+        query = (
+            select(Run.id, Run.project_id)
+            .join(Project, Project.id == Run.project_id)
+            .where(Project.name == key[0], Run.path == key[1])
+        )
+        if session is None:
+            with self.factory() as own:
+                row = own.execute(query).first()
+        else:
+            row = session.execute(query).first()
+        if row is None:
+            return None
+        watched = self._watched[key] = _Watched(run_id=row[0], project_id=row[1])
+        while len(self._watched) > self.settings.health_max_runs:
+            self._watched.popitem(last=False)
+        return watched
+
+    def _rules_for_key(self, key: tuple[str, str]) -> RuleSet | None:
+        watched = self._watched_for(None, key)
+        return None if watched is None else self.rules(watched.project_id)
+
+    def rules(self, project_id: int, session: Session | None = None) -> RuleSet:
+        cached = self._rules.get(project_id)
+        if cached is not None and time.monotonic() - cached.loaded < RULES_SECONDS:
+            return cached.ruleset
+        minutes = self.settings.run_stalled_minutes
+        if session is None:
+            with self.factory() as own:
+                ruleset = effective_rules(own, project_id=project_id, stalled_minutes=minutes)
+        else:
+            ruleset = effective_rules(session, project_id=project_id, stalled_minutes=minutes)
+        self._rules[project_id] = _Rules(ruleset, time.monotonic())
+        return ruleset
+
+    # -- curves -----------------------------------------------------------------------------
+
+    def _detect(self) -> list[tuple[_Watched, Detection]]:
+        with self._lock:
+            readings, self._readings = self._readings, deque()
+        found: list[tuple[_Watched, Detection]] = []
+        for project, run_path, reading in readings:
+            watched = self._watched_for(None, (project, run_path))
+            if watched is None:
+                continue  # a directory with no run row (yet): nothing to raise on
+            rules = self.rules(watched.project_id)
+            if reading.reset or watched.detectors is None or watched.detectors.rules != rules:
+                watched.detectors = RunDetectors(rules)
+            detectors = watched.detectors
+            found.extend((watched, d) for d in detectors.feed(reading.scalars))
+            found.extend((watched, d) for d in detectors.feed_histograms(reading.histograms))
+        return found
+
+    def _record(
+        self, session: Session, found: list[tuple[_Watched, Detection]], now: datetime
+    ) -> int:
+        raised = 0
+        for watched, detection in found:
+            run = session.get(Run, watched.run_id)
+            if run is None:
+                continue
+            if incidents.record(session, run=run, detection=detection, now=now) is not None:
+                raised += 1
+        return raised
+
+    # -- the runs table ---------------------------------------------------------------------
+
+    def _status_changes(self, session: Session, now: datetime) -> int:
+        """crashed and finished, from the runs' status history (domain/runs.note_event)."""
+        if self._cursor is None:
+            before = now - STATUS_LOOKBACK
+            self._cursor = (
+                session.scalar(select(func.max(RunEvent.id)).where(RunEvent.at < before)) or 0
+            )
+        query = (
+            select(RunEvent)
+            .where(RunEvent.id > self._cursor, RunEvent.kind == "status")
+            .order_by(RunEvent.id)
+            .limit(EVENTS_PER_PASS)
+        )
+        raised = 0
+        for event in list(session.scalars(query)):
+            self._cursor = event.id
+            run = session.get(Run, event.run_id)
+            if run is None:
+                continue
+            raised += self._status_change(session, run, event, now)
+        return raised
+
+    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
+        rules = self.rules(run.project_id, session)
+        if event.value == RunStatus.running.value:
+            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
+            return 0
+        if event.value not in ENDED:
+            return 0
+        incidents.resolve_open(
+            session, run_id=run.id, detectors=(*incidents.CURVE_DETECTORS, "stalled"), now=now
+        )
+        detector = "finished" if event.value == RunStatus.finished.value else "crashed"
+        if not rules.on(detector):
+            return 0
+        latest = session.scalar(
+            select(Incident)
+            .where(Incident.run_id == run.id, Incident.detector == detector)
+            .order_by(Incident.id.desc())
+            .limit(1)
+        )
+        if latest is not None and latest.last_seen >= event.at:
+            return 0  # recorded before a restart of the monitor
+        message = (
+            f"{run.path} finished"
+            if detector == "finished"
+            else f"{run.path} {CRASHED[event.value]}"
+        )
+        detection = Detection(detector, None, None, event.at.timestamp(), None, message)
+        incident = incidents.record(
+            session, run=run, detection=detection, now=now, resolved=detector == "finished"
+        )
+        if incident is not None and event.value == RunStatus.killed.value:
+            incident.severity = "warning"
+        return int(incident is not None)
+
+    def _stalls(self, session: Session, now: datetime) -> int:
+        """Open a `stalled` incident on each running run quiet for its rule's minutes, and
+        resolve the ones whose run wrote again or ended."""
+        default = self.settings.run_stalled_minutes
+        custom = session.scalar(
+            select(func.min(AlertRule.threshold)).where(AlertRule.detector == "stalled")
+        )
+        least = min(default, custom) if custom is not None else default
+        last = func.coalesce(Run.last_write, Run.created_at)
+        query = select(Run).where(
+            Run.status == RunStatus.running,
+            Run.retention_state == RetentionState.present,
+            last < now - timedelta(minutes=least),
+        )
+        quiet = {run.id: run for run in session.scalars(query)}
+        open_stalls = list(
+            session.scalars(
+                select(Incident).where(
+                    Incident.detector == "stalled", Incident.resolved_at.is_(None)
+                )
+            )
+        )
+        for incident in open_stalls:
+            run = quiet.get(incident.run_id) if incident.run_id is not None else None
+            if run is None or not self._is_stalled(session, run, now):
+                incident.resolved_at, incident.resolved_by = now, incidents.MONITOR
+        stalled_now = {i.run_id for i in open_stalls if i.resolved_at is None}
+        raised = 0
+        for run in quiet.values():
+            if run.id in stalled_now or not self._is_stalled(session, run, now):
+                continue
+            rules = self.rules(run.project_id, session)
+            since = run.last_write or run.created_at
+            minutes = (now - since).total_seconds() / 60
+            detection = Detection(
+                "stalled",
+                None,
+                None,
+                since.timestamp(),
+                None,
+                f"{run.path} is running but wrote nothing for "
+                f"{minutes:.0f} minutes (rule: {rules['stalled'].threshold:g})",
+            )
+            raised += incidents.record(session, run=run, detection=detection, now=now) is not None
+        return raised
+
+    def _is_stalled(self, session: Session, run: Run, now: datetime) -> bool:
+        rule = self.rules(run.project_id, session)["stalled"]
+        if not rule.enabled or rule.threshold is None:
+            return False
+        since = run.last_write or run.created_at
+        return now - since > timedelta(minutes=rule.threshold)
+
+    # -- /metrics ---------------------------------------------------------------------------
+
+    def metric_lines(self) -> list[str]:
+        stats = self.stats
+        with self._lock:
+            pending = len(self._pending)
+        samples = [
+            ("tbhub_health_passes_total", "counter", "Monitor passes run.", stats.passes),
+            (
+                "tbhub_health_pass_seconds_total",
+                "counter",
+                "Wall time spent in monitor passes.",
+                round(stats.pass_seconds, 6),
+            ),
+            (
+                "tbhub_health_read_bytes_total",
+                "counter",
+                "Event-file bytes the monitor read.",
+                stats.bytes_read,
+            ),
+            (
+                "tbhub_health_runs_behind",
+                "gauge",
+                "Runs with data the monitor has not read yet (its byte budget ran out).",
+                pending,
+            ),
+            (
+                "tbhub_health_runs_followed",
+                "gauge",
+                "Runs the monitor keeps state for.",
+                len(self._watched),
+            ),
+        ]
+        lines: list[str] = []
+        for name, kind, text, value in samples:
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
+        return lines

@@ -1,0 +1,327 @@
+"""The one incremental reader of a run's event files: the sparklines (storage/scalars.py) and
+the run-health monitor (health/monitor.py) both read through a `RunFollower`, so no record
+is parsed twice in one process.
+
+A follower keeps, per event file of its run, where the last read stopped, and reads on from
+there at most `budget` bytes per call. Records are TFRecord frames (length, masked CRC-32C of
+the length, an Event proto, masked CRC-32C of the proto); both CRCs are checked.
+
+- A frame cut short (a writer still writing) ends the read of that file until it grows.
+- A frame whose CRC does not match is retried: when the file changes, and at the latest
+  after `RETRY_SECONDS` (NFS can show a file's length before its data, and a writer may fill
+  a zero-filled file in place later). A whole frame whose data still fails its CRC after
+  `SKIP_AFTER_SECONDS` while later frames exist is skipped, so one bad record never stops a
+  file for good; a broken length header (no way to know where the frame ends) waits.
+- A file that shrank or was replaced (another inode) makes the follower start over from the
+  start of every file: `Reading.reset` tells the caller to drop what it built from before.
+
+TensorBoard's loaders keep a file open per event file and cannot start at an offset, so with
+thousands of runs this reader opens, seeks and closes instead. Files are opened by directory
+descriptor without following symlinks (DESIGN.md decision 9).
+
+Scalars come from TF1 `simple_value`s and TF2 tensors of the scalars plugin (whose metadata
+comes with a tag's first value only); histograms (TF1 `histo` and TF2 tensors of the
+histograms plugin) only when asked, reduced to whether every number in them is finite.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import struct
+import time
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from tbhub.core.errors import UnsafePath
+from tbhub.storage.run_files import opened_run, walk_files
+from tbhub.storage.scan import EVENT_FILE_PREFIX
+from tbhub.storage.tfrecord import HEADER, HEADER_BYTES, RECORD_OVERHEAD, masked_crc32c
+
+MAX_FILES = 64  # event files looked at per run
+MAX_DEPTH = 2  # subdirectories (train/, validation/ ...) of the run looked into
+RETRY_SECONDS = 30.0  # a frame that failed its CRC is read again at least this often
+SKIP_AFTER_SECONDS = 120.0  # ... and skipped when its data is still bad this long after
+SCALARS_PLUGIN = "scalars"
+HISTOGRAMS_PLUGIN = "histograms"
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES)
+_CRC = struct.Struct("<I")
+_FLOAT = struct.Struct("<f")
+_DOUBLE = struct.Struct("<d")
+DT_FLOAT, DT_DOUBLE = 1, 2  # TensorFlow's DataType numbers
+
+
+class ScalarPoint(NamedTuple):
+    tag: str  # the curve: the subdirectory inside the run (train/ ...) and the tag
+    step: int
+    wall_time: float
+    value: float  # NaN and infinities included: they are what health looks for
+
+
+class HistogramPoint(NamedTuple):
+    tag: str
+    step: int
+    wall_time: float
+    finite: bool  # every edge, count and moment of the histogram is a finite number
+
+
+@dataclass
+class Reading:
+    """What one `RunFollower.read` found."""
+
+    scalars: list[ScalarPoint] = field(default_factory=list)
+    histograms: list[HistogramPoint] = field(default_factory=list)
+    reset: bool = False  # started over from the start: drop what was built before
+    bytes_read: int = 0
+    behind: bool = False  # the budget ran out before every file was read to its end
+
+
+@dataclass
+class _File:
+    size: int = 0
+    mtime_ns: int = 0
+    inode: int = 0
+    offset: int = 0
+    bad_at: int | None = None  # a frame there failed its CRC (at `bad_since`)
+    bad_since: float = 0.0
+    tried_at: float = 0.0  # when the bad frame was last read
+
+
+def load_reader() -> None:
+    """Import what reading event files needs (TensorBoard's protos), which the functions
+    below import on first use so that the CLI never pays for it; `tbhub serve` calls this
+    before it freezes its start-up objects out of the garbage collector's way."""
+    from google.protobuf.message import DecodeError  # noqa: F401
+    from tensorboard.compat.proto.event_pb2 import Event  # noqa: F401
+    from tensorboard.util import tensor_util  # noqa: F401
+
+
+def _tensor_scalar(tensor: Any) -> float | None:
+    """The one number of a scalar tensor proto; the common layouts without numpy."""
+    if len(tensor.float_val) == 1:
+        return float(tensor.float_val[0])
+    if len(tensor.double_val) == 1:
+        return float(tensor.double_val[0])
+    content = tensor.tensor_content
+    if tensor.dtype == DT_FLOAT and len(content) == 4:
+        return float(_FLOAT.unpack(content)[0])
+    if tensor.dtype == DT_DOUBLE and len(content) == 8:
+        return float(_DOUBLE.unpack(content)[0])
+    from tensorboard.util import tensor_util
+
+    try:
+        array = tensor_util.make_ndarray(tensor)
+    except (TypeError, ValueError):
+        return None
+    return float(array.item()) if array.size == 1 and array.dtype.kind in "fiu" else None
+
+
+def _tensor_finite(tensor: Any) -> bool:
+    from tensorboard.util import tensor_util
+
+    try:
+        array = tensor_util.make_ndarray(tensor)
+    except (TypeError, ValueError):
+        return True  # not numbers: nothing to call non-finite
+    import numpy
+
+    return array.dtype.kind not in "fc" or bool(numpy.isfinite(array).all())
+
+
+def _histo_finite(histo: Any) -> bool:
+    numbers = (histo.min, histo.max, histo.num, histo.sum, histo.sum_squares)
+    return all(map(math.isfinite, numbers)) and all(map(math.isfinite, histo.bucket))
+
+
+class RunFollower:
+    """One run's event files (`<storage_root>/<project>/<run_path>`, and up to `MAX_DEPTH`
+    subdirectories of it), each read on from where the last read stopped."""
+
+    def __init__(
+        self,
+        storage_root: Path,
+        project: str,
+        run_path: str,
+        *,
+        histograms: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.storage_root = storage_root
+        self.project = project
+        self.run_path = run_path
+        self.histograms = histograms  # also report histograms (a rule asks for them)
+        self.clock = clock
+        self.files: dict[str, _File] = {}  # path inside the run -> progress
+        self.plugins: dict[str, str] = {}  # curve -> plugin of its TF2 tensors
+
+    def read(self, budget: int) -> Reading:
+        """What the run's event files gained since the last call, reading at most `budget`
+        bytes. A run that is gone, or behind a symlink, reads as nothing."""
+        reading = Reading()
+        try:
+            with (
+                opened_run(self.storage_root, self.project, self.run_path) as fd,
+                closing(walk_files(fd, max_depth=MAX_DEPTH)) as walk,
+            ):
+                event_files = (f for f in walk if f[2].startswith(EVENT_FILE_PREFIX))
+                for path, dir_fd, name, st in islice(event_files, MAX_FILES):
+                    if reading.bytes_read >= budget:
+                        reading.behind = True
+                        break
+                    self._read_file(reading, path, dir_fd, name, st, budget)
+        except UnsafePath:  # a symlink where the run should be: never followed
+            pass
+        except OSError as exc:
+            if exc.errno not in GONE:
+                raise
+        return reading
+
+    def _start_over(self, reading: Reading) -> None:
+        self.files.clear()
+        self.plugins.clear()
+        reading.scalars.clear()
+        reading.histograms.clear()
+        reading.reset = True
+
+    def _read_file(
+        self, reading: Reading, path: str, dir_fd: int, name: str, st: os.stat_result, budget: int
+    ) -> None:
+        state = self.files.get(path)
+        if state is not None and (st.st_size < state.offset or st.st_ino != state.inode):
+            # Rewritten or truncated: its records are mixed into what was read, start over
+            # (the files already read this call are read again on the next).
+            self._start_over(reading)
+            state = None
+        if state is None:
+            state = self.files[path] = _File(inode=st.st_ino)
+        changed = (st.st_size, st.st_mtime_ns) != (state.size, state.mtime_ns)
+        state.size, state.mtime_ns = st.st_size, st.st_mtime_ns
+        if state.offset >= st.st_size:
+            return
+        if (
+            state.bad_at is not None
+            and not changed
+            and self.clock() - state.tried_at < RETRY_SECONDS
+        ):
+            return  # the bad frame is what it was: retried later
+        try:
+            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return
+        prefix = path[: -len(name)]  # the subdirectory (train/, validation/ ...) names the curve
+        try:
+            want = min(budget - reading.bytes_read, st.st_size - state.offset)
+            data = os.pread(fd, want, state.offset)
+            used = self._parse(reading, prefix, data, state)
+            if used == 0 and state.bad_at is None and want < st.st_size - state.offset:
+                # One frame longer than what the budget left: read it whole all the same.
+                data = _whole_frame(fd, state.offset)
+                used = self._parse(reading, prefix, data, state)
+        finally:
+            os.close(fd)
+        reading.bytes_read += len(data)
+        state.offset += used
+        if state.offset < st.st_size and state.bad_at is None:
+            reading.behind = reading.behind or len(data) < st.st_size - state.offset + used
+
+    def _parse(self, reading: Reading, prefix: str, data: bytes, state: _File) -> int:
+        """Read the whole frames at the start of `data`; the bytes they take."""
+        from google.protobuf.message import DecodeError
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        pos, size = 0, len(data)
+        while pos + HEADER_BYTES <= size:
+            length, length_crc = HEADER.unpack_from(data, pos)
+            if masked_crc32c(data[pos : pos + 8]) != length_crc:
+                self._bad_frame(state, state.offset + pos, skippable=False)
+                return pos
+            end = pos + length + RECORD_OVERHEAD
+            if end > size:
+                break  # cut short: the writer is still writing it (or the budget ended)
+            record = data[pos + HEADER_BYTES : end - 4]
+            try:
+                if masked_crc32c(record) != _CRC.unpack_from(data, end - 4)[0]:
+                    raise ValueError("data CRC")
+                event = Event.FromString(record)
+            except (ValueError, DecodeError):
+                if not self._bad_frame(state, state.offset + pos, skippable=end < size):
+                    return pos
+                pos = end
+                continue
+            state.bad_at = None
+            pos = end
+            if event.HasField("summary"):
+                self._values(reading, prefix, event)
+        return pos
+
+    def _bad_frame(self, state: _File, offset: int, *, skippable: bool) -> bool:
+        """Note a frame that failed its checks; True when it is time to skip it."""
+        now = self.clock()
+        if state.bad_at != offset:
+            state.bad_at, state.bad_since = offset, now
+        state.tried_at = now
+        if skippable and now - state.bad_since >= SKIP_AFTER_SECONDS:
+            state.bad_at = None
+            return True
+        return False
+
+    def _values(self, reading: Reading, prefix: str, event: Any) -> None:
+        step, wall_time = int(event.step), float(event.wall_time)
+        for value in event.summary.value:
+            kind = value.WhichOneof("value")
+            if kind == "simple_value":
+                reading.scalars.append(
+                    ScalarPoint(prefix + value.tag, step, wall_time, float(value.simple_value))
+                )
+            elif kind == "tensor":
+                curve = prefix + value.tag
+                plugin = value.metadata.plugin_data.plugin_name
+                if plugin:
+                    self.plugins[curve] = plugin
+                else:
+                    plugin = self.plugins.get(curve, "")
+                if plugin == SCALARS_PLUGIN:
+                    number = _tensor_scalar(value.tensor)
+                    if number is not None:
+                        reading.scalars.append(ScalarPoint(curve, step, wall_time, number))
+                elif plugin == HISTOGRAMS_PLUGIN and self.histograms:
+                    finite = _tensor_finite(value.tensor)
+                    reading.histograms.append(HistogramPoint(curve, step, wall_time, finite))
+            elif kind == "histo" and self.histograms:
+                finite = _histo_finite(value.histo)
+                reading.histograms.append(
+                    HistogramPoint(prefix + value.tag, step, wall_time, finite)
+                )
+
+
+def read_scalars(path: Path, *, chunk: int = 16 << 20) -> list[ScalarPoint]:
+    """Every scalar of one event file, start to end, as a follower reads it (tools and the
+    reader benchmark)."""
+    follower = RunFollower(path.parent, "", "")
+    reading, state = Reading(), _File()
+    with open(path, "rb") as fh:
+        while data := os.pread(fh.fileno(), chunk, state.offset):
+            used = follower._parse(reading, "", data, state)
+            if used == 0:
+                used = follower._parse(reading, "", _whole_frame(fh.fileno(), state.offset), state)
+                if used == 0:
+                    break
+            state.offset += used
+    return reading.scalars
+
+
+def _whole_frame(fd: int, offset: int) -> bytes:
+    """The frame at `offset` whole, however long (a budget never leaves a file stuck)."""
+    header = os.pread(fd, HEADER_BYTES, offset)
+    if len(header) < HEADER_BYTES:
+        return b""
+    length, length_crc = HEADER.unpack(header)
+    if masked_crc32c(header[:8]) != length_crc:
+        return b""
+    return os.pread(fd, length + RECORD_OVERHEAD, offset)
