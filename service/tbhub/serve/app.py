@@ -19,6 +19,7 @@ from tbhub.api import (
     board_bar,
     board_gate,
     boards,
+    channels,
     compare,
     csrf,
     health,
@@ -167,6 +168,7 @@ def create_app(
     app.include_router(audit.router)
     app.include_router(admin.router)
     app.include_router(share_links.router)
+    app.include_router(channels.router)
     app.include_router(members.router)
     app.include_router(users.router)
     app.include_router(teams.router)

@@ -82,8 +82,9 @@ def details(payload: dict[str, Any]) -> str:
     parts = []
     if payload.get("step") is not None:
         parts.append(f"step {payload['step']}")
-    if payload.get("value") is not None:
-        parts.append(f"value {payload['value']}")
+    value = payload.get("value_text") or payload.get("value")
+    if value is not None:
+        parts.append(f"value {value}")
     return ", ".join(parts) or "no details"
 
 

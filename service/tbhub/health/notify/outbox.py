@@ -37,6 +37,7 @@ from tbhub.core.models import (
     User,
 )
 from tbhub.core.settings import Settings
+from tbhub.health.incidents import board_link
 from tbhub.health.notify.digest import compose
 from tbhub.health.notify.send import DeliveryFailed, Target, send
 
@@ -46,6 +47,8 @@ log = logging.getLogger("tbhub")
 INCIDENT_FIELDS = (
     "id", "project_id", "run_id", "run_path", "tag", "detector", "step", "wall_time",
     "value", "first_seen", "last_seen", "count", "resolved_at", "message",
+    # optional: what A's Incident has beyond the agreed fields
+    "severity", "value_text", "last_step", "board_path",
 )  # fmt: skip
 INFO_DETECTORS = frozenset({"finished"})  # news, not a problem
 BATCH = 500  # deliveries read per pass; the rest wait for the next pass
@@ -71,8 +74,8 @@ def snapshot(incident: object) -> dict[str, Any]:
         elif isinstance(value, float) and not math.isfinite(value):
             value = repr(value)
         out[name] = value
-    severity = getattr(incident, "severity", None)
-    out["severity"] = severity or ("info" if out["detector"] in INFO_DETECTORS else "warning")
+    if not out["severity"]:
+        out["severity"] = "info" if out["detector"] in INFO_DETECTORS else "warning"
     return out
 
 
@@ -87,6 +90,8 @@ def enqueue(session: Session, incident: object) -> int:
     if project is None:
         return 0
     payload["project"] = project.name
+    if payload["board_path"] is None and payload["run_path"] is not None:
+        payload["board_path"] = board_link(project.name, incident)  # type: ignore[arg-type]
     detector = payload["detector"]
     rows = [
         Delivery(
