@@ -1,15 +1,18 @@
 """One outbound POST, made safe: the URL checked again now (ssrf.py), the connection made to
 the address that check approved (the Host header and TLS server name stay the URL's
 host), no redirect followed, no proxy from the environment, one deadline for the whole
-exchange and the answer read only up to a cap."""
+exchange and the answer read only up to a cap. Nothing logs the URL: it may be a secret."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
+import httpcore
 
 from tbhub import __version__
 from tbhub.core.errors import InvalidInput
@@ -45,44 +48,41 @@ def post(
                           resolver=resolver)  # fmt: skip
     except InvalidInput as exc:
         raise DeliveryFailed(f"refused: {exc.message}") from None
-    pinned = httpx.URL(url).copy_with(host=str(where.address))
+    parts = urlsplit(url.strip())
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    pinned = httpcore.URL(scheme=where.scheme.encode(), host=str(where.address).encode(),
+                          port=where.port, target=target.encode())  # fmt: skip
     host_header = where.host if ":" not in where.host else f"[{where.host}]"
-    default_port = 443 if where.scheme == "https" else 80
-    if where.port != default_port:
+    if where.port != (443 if where.scheme == "https" else 80):
         host_header += f":{where.port}"
-    request_headers = {
-        "User-Agent": f"tbhub/{__version__}",
-        **headers,
-        "Host": host_header,
+    sent_headers = {"User-Agent": f"tbhub/{__version__}", **headers, "Host": host_header,
+                    "Content-Length": str(len(body))}  # fmt: skip
+    timeout = settings.notify_timeout
+    extensions: dict[str, Any] = {
+        "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
     }
-    extensions = {"sni_hostname": where.host} if where.scheme == "https" else {}
-    deadline = time.monotonic() + settings.notify_timeout
+    if where.scheme == "https":
+        extensions["sni_hostname"] = where.host  # and the name the certificate must carry
+    deadline = time.monotonic() + timeout
     cap = settings.notify_max_response_bytes
+    # httpcore, not httpx: httpx logs each request's full URL, and a URL may be a secret.
     try:
-        with httpx.Client(
-            timeout=settings.notify_timeout, follow_redirects=False, trust_env=False
-        ) as client:
-            request = client.build_request(
-                "POST", pinned, content=body, headers=request_headers, extensions=extensions
-            )
-            response = client.send(request, stream=True)
-            try:
-                received = bytearray()
-                for chunk in response.iter_bytes():
-                    received += chunk
-                    if len(received) >= cap or time.monotonic() > deadline:
-                        break
-                status = response.status_code
-            finally:
-                response.close()
-    except httpx.TimeoutException:
-        raise DeliveryFailed(
-            f"{where.host} did not answer within {settings.notify_timeout:g} s"
-        ) from None
-    except httpx.HTTPError as exc:
+        with httpcore.ConnectionPool(retries=0) as pool, pool.stream(
+            "POST", pinned, headers=list(sent_headers.items()), content=body,
+            extensions=extensions,
+        ) as response:  # fmt: skip
+            received = bytearray()
+            for chunk in response.iter_stream():
+                received += chunk
+                if len(received) >= cap or time.monotonic() > deadline:
+                    break
+            status = response.status
+    except httpcore.TimeoutException:
+        raise DeliveryFailed(f"{where.host} did not answer within {timeout:g} s") from None
+    except (httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError) as exc:
         raise DeliveryFailed(f"could not reach {where.host}: {type(exc).__name__}") from None
     if time.monotonic() > deadline:
-        raise DeliveryFailed(f"{where.host} took longer than {settings.notify_timeout:g} s")
+        raise DeliveryFailed(f"{where.host} took longer than {timeout:g} s")
     if 300 <= status < 400:
         raise DeliveryFailed(
             f"{where.host} answered {status}, a redirect; redirects are never followed: "
