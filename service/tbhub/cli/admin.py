@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from tbhub.cli import alerts as alerts_cli
 from tbhub.cli import audit as audit_cli
 from tbhub.cli import backup as backup_cli
 from tbhub.cli import board_image as board_image_cli
@@ -47,8 +48,8 @@ from tbhub.domain.users import (
 
 app = typer.Typer(
     help="Operator commands: replicas, users, projects, boards and the board image, the "
-    "docker compose images, retention, trash, backups, the audit log, teams, share links and "
-    "API tokens.",
+    "docker compose images, retention, trash, backups, the audit log, teams, share links, "
+    "API tokens and run-health alerts.",
     no_args_is_help=True,
 )
 user_app = typer.Typer(help="Local user accounts.", no_args_is_help=True)
@@ -65,6 +66,7 @@ app.add_typer(audit_cli.app, name="audit")
 app.add_typer(teams_cli.app, name="team")
 app.add_typer(share_cli.app, name="share")
 app.add_typer(tokens_cli.app, name="token")
+app.add_typer(alerts_cli.admin_app, name="alerts")
 app.command("replicas")(replicas_cli.replicas)
 
 ACTOR = "cli"

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from tbhub import __version__
-from tbhub.cli import admin
+from tbhub.cli import admin, alerts
 from tbhub.cli.common import (
     emit_line,
     fail,
@@ -36,6 +36,7 @@ nginx_app = typer.Typer(help="The nginx config tbhub ships.", no_args_is_help=Tr
 app.add_typer(db_app, name="db")
 app.add_typer(nginx_app, name="nginx")
 app.add_typer(admin.app, name="admin")
+app.add_typer(alerts.app, name="alerts")
 add_job_commands(app)
 
 

@@ -27,8 +27,9 @@ MIN_POINTS = 20  # recent points a robust level needs before anything is called 
 PATIENCE = {"divergence": 3, "grad_explosion": 1}
 MAD_TO_SIGMA = 1.4826
 # The least spread assumed, so a curve that was flat is not "far" from a tiny wobble:
-# relative to the level for a loss, absolute in log space for a norm (e^0.1: 10 %).
-SPREAD_FLOOR = {"divergence": 0.01, "grad_explosion": 0.1}
+# relative to the level for a loss, absolute in log space for a norm (healthy norms jump
+# 2-3x on a spiky batch: with the default threshold only a jump of 12x or more counts).
+SPREAD_FLOOR = {"divergence": 0.01, "grad_explosion": 0.25}
 TAG_MAX = 255  # incidents.tag String(255)
 
 

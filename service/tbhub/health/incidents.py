@@ -63,23 +63,57 @@ def record(
 ) -> Incident | None:
     """Record one detection on `run`: a new incident (returned, and enqueued), a repeat
     counted on the open one, or nothing for a re-read."""
-    tag = detection.tag[:TAG_MAX] if detection.tag is not None else None
-    latest = _latest(session, run.id, detection.detector, tag)
+    latest = _latest(session, run.id, detection.detector, _tag(detection))
+    return _apply(session, run, latest, detection, now, resolved=resolved)[1]
+
+
+def record_all(
+    session: Session, *, run: Run, detections: list[Detection], now: datetime
+) -> list[Incident]:
+    """Record a pass's detections on one run (one query per curve and detector); the new
+    incidents."""
+    groups: dict[tuple[str, str | None], list[Detection]] = {}
+    for detection in detections:
+        groups.setdefault((detection.detector, _tag(detection)), []).append(detection)
+    new: list[Incident] = []
+    for (detector, tag), group in groups.items():
+        latest = _latest(session, run.id, detector, tag)
+        for detection in group:
+            latest, incident = _apply(session, run, latest, detection, now)
+            if incident is not None:
+                new.append(incident)
+    return new
+
+
+def _tag(detection: Detection) -> str | None:
+    return detection.tag[:TAG_MAX] if detection.tag is not None else None
+
+
+def _apply(
+    session: Session,
+    run: Run,
+    latest: Incident | None,
+    detection: Detection,
+    now: datetime,
+    *,
+    resolved: bool = False,
+) -> tuple[Incident | None, Incident | None]:
+    """(the key's newest incident now, the incident this detection opened if any)."""
     step = detection.step
     last_step = latest.last_step if latest is not None else None
     if step is not None and last_step is not None and step <= last_step:
-        return None  # read before: not a new sighting
+        return latest, None  # read before: not a new sighting
     if latest is not None and latest.resolved_at is None:
         latest.count += 1
         latest.last_seen = now
         latest.last_step = step if step is not None else latest.last_step
-        return None
+        return latest, None
     value = detection.value
     incident = Incident(
         project_id=run.project_id,
         run_id=run.id,
         run_path=run.path,
-        tag=tag,
+        tag=_tag(detection),
         detector=detection.detector,
         severity=SEVERITY[detection.detector],
         step=step,
@@ -98,7 +132,7 @@ def record(
     session.flush()
     log.warning("incident %d in %s: %s", incident.id, run.path, incident.message)
     _enqueue(session, incident)
-    return incident
+    return incident, incident
 
 
 def resolve_open(

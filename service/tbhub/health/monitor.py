@@ -297,13 +297,15 @@ class HealthMonitor:
     def _record(
         self, session: Session, found: list[tuple[_Watched, Detection]], now: datetime
     ) -> int:
-        raised = 0
+        by_run: dict[int, list[Detection]] = {}
         for watched, detection in found:
-            run = session.get(Run, watched.run_id)
-            if run is None:
-                continue
-            if incidents.record(session, run=run, detection=detection, now=now) is not None:
-                raised += 1
+            by_run.setdefault(watched.run_id, []).append(detection)
+        raised = 0
+        for run_id, detections in by_run.items():
+            run = session.get(Run, run_id)
+            if run is not None:
+                new = incidents.record_all(session, run=run, detections=detections, now=now)
+                raised += len(new)
         return raised
 
     # -- the runs table ---------------------------------------------------------------------
@@ -419,10 +421,18 @@ class HealthMonitor:
 
     # -- /metrics ---------------------------------------------------------------------------
 
+    def followed(self) -> int:
+        """Runs the monitor keeps detector state for."""
+        return len(self._watched)
+
+    def behind(self) -> int:
+        """Runs with data not read yet (changed files not looked at count too)."""
+        with self._lock:
+            return len(self._pending) + len(self._files)
+
     def metric_lines(self) -> list[str]:
         stats = self.stats
-        with self._lock:
-            pending = len(self._pending)
+        pending = self.behind()
         samples = [
             ("tbhub_health_passes_total", "counter", "Monitor passes run.", stats.passes),
             (
