@@ -56,8 +56,12 @@ from tbhub.http.server_timing import ServerTiming
 from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import admin as admin_pages
+from tbhub.web import alerts as alert_pages
 from tbhub.web import board_origin, oidc, pages, render, share
+from tbhub.web import channels as channel_pages
 from tbhub.web import compare as compare_pages
+from tbhub.web import email as email_pages
+from tbhub.web import health as health_pages
 from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
 from tbhub.web import retention as retention_pages
@@ -183,6 +187,8 @@ def create_app(
         app.include_router(settings_pages.router)
     app.include_router(admin_pages.router)
     app.include_router(run_pages.router)
+    for run_health_pages in (health_pages, alert_pages, channel_pages, email_pages):
+        app.include_router(run_health_pages.router)
     api_docs.install(app)
     app.include_router(oidc.router)
     app.include_router(share.router)

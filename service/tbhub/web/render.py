@@ -53,6 +53,16 @@ NOTICES = {
     "user_created": "User created.",
     "user_updated": "User saved.",
     "compare_deleted": "Compare board deleted; its board stops.",
+    "incident_resolved": "Incident resolved.",
+    "rule_saved": "Rule saved.",
+    "channel_added": "Channel added.",
+    "channel_enabled": "Channel switched on.",
+    "channel_disabled": "Channel switched off: nothing is sent to it.",
+    "channel_deleted": "Channel deleted.",
+    "test_sent": "Test message delivered.",
+    "test_failed": "The test message was not delivered; the channel shows why.",
+    "email_saved": "Email preference saved.",
+    "email_removed": "No more email from this project.",
 }
 
 

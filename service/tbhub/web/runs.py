@@ -29,6 +29,7 @@ from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.run_files import RunFile, list_run_files
 from tbhub.storage.scalars import pick_curve
 from tbhub.supervisor.plan import board_prefix
+from tbhub.web.health import run_badges, run_timeline
 from tbhub.web.pages import safe_next
 from tbhub.web.render import WebUser, caller_of, check_form_token, done, page
 
@@ -156,7 +157,8 @@ def project_page(
     groups, tags = _suggestions(session, access.project_id)
     now = datetime.now(UTC)
     stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
-    live = f"/api/v1/projects/{quote(project)}/state?" + urlencode([("run", r.id) for r in runs])
+    run_ids = [run.id for run in runs]
+    live = f"/api/v1/projects/{quote(project)}/state?" + urlencode([("run", i) for i in run_ids])
     values = {
         "project": project,
         "role": access.role,
@@ -172,6 +174,7 @@ def project_page(
         "table": table,
         "statuses": [s.value for s in RunStatus],
         "sorts": list(SORTS),
+        "health": run_badges(session, project_id=access.project_id, run_ids=run_ids),
         "hparam_keys": _common_keys([run.hparams for run in runs]),
         "metric_keys": _common_keys([run.metrics for run in runs]),
         "groups": groups,
@@ -210,6 +213,7 @@ def run_page(
         "is_owner": access.role == Role.owner,
         "can_edit": access.role.rank >= Role.editor.rank,
         "history": run_history(session, run=run),
+        "incidents": run_timeline(session, project=access, run_path=run.path),
         "files": files,
         "more_files": more,
         "board": _board(session, access),
