@@ -41,7 +41,7 @@ class Answer:
 class WebhookReceiver:
     """An HTTP server on `host` (a loopback address) that records every request."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.received: list[Received] = []
         self.answer = Answer()
         receiver = self
@@ -66,7 +66,7 @@ class WebhookReceiver:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.host, self.port = host, int(self.server.server_address[1])
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

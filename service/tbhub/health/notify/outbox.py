@@ -241,12 +241,15 @@ class DeliveryWorker:
             .order_by(Delivery.id)
             .limit(BATCH)
         ).all()
-        groups: dict[tuple[int, int | None, int | None], list[Delivery]] = {}
-        for row in due:
-            groups.setdefault((row.project_id, row.channel_id, row.user_id), []).append(row)
-        batches = []
         fold = timedelta(seconds=self.settings.notify_fold_seconds)
-        for (project_id, channel_id, user_id), rows in groups.items():
+        # Folding on: a target's due deliveries of a project go as one message. Off: each
+        # goes as its own (the row id keeps them apart).
+        groups: dict[tuple[int, int | None, int | None, int], list[Delivery]] = {}
+        for row in due:
+            key = (row.project_id, row.channel_id, row.user_id, 0 if fold else row.id)
+            groups.setdefault(key, []).append(row)
+        batches = []
+        for (project_id, channel_id, user_id, _), rows in groups.items():
             target = self._target(session, project_id, channel_id, user_id)
             if target is None:
                 for row in rows:
