@@ -5,8 +5,10 @@ was checked; answers are bounded in size and time."""
 from __future__ import annotations
 
 import ipaddress
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +17,7 @@ from tbhub.core.settings import Settings
 from tbhub.health.notify.outbound import DeliveryFailed, post
 from tbhub.health.notify.ssrf import IPAddress, Resolver, check_url
 from tests.api.conftest import Team, team  # noqa: F401 - the fixture, used by name
-from tests.health.notify_receivers import WebhookReceiver
+from tests.health.notify_receivers import WebhookReceiver, make_certificate
 
 REFUSED = {
     "file://": "file:///etc/passwd",
@@ -193,3 +195,22 @@ def test_the_test_button_reports_a_refused_redirect(
                             headers=headers).json()  # fmt: skip
     assert "answered 307, a redirect" in shown["last_error"]
     assert receiver.received == []
+
+
+def test_an_https_receiver_must_have_a_certificate_the_system_trusts(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """TLS is verified against the URL's host: a server with a certificate from an
+    authority the system does not know is refused before anything is sent."""
+    _ca, certificate, key = make_certificate(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(certificate), str(key))
+    receiver = WebhookReceiver("127.0.0.1")
+    receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
+    with receiver:
+        url = f"https://127.0.0.1:{receiver.port}/hook"
+        with pytest.raises(
+            DeliveryFailed, match=r"could not reach 127\.0\.0\.1: .*CERTIFICATE_VERIFY_FAILED"
+        ):
+            post(allowing(settings, "127.0.0.1/32"), url, b"{}", {})
+        assert receiver.received == []

@@ -80,7 +80,10 @@ def post(
     except httpcore.TimeoutException:
         raise DeliveryFailed(f"{where.host} did not answer within {timeout:g} s") from None
     except (httpcore.NetworkError, httpcore.ProtocolError, ssl.SSLError, OSError) as exc:
-        raise DeliveryFailed(f"could not reach {where.host}: {type(exc).__name__}") from None
+        # The socket's or TLS's own words (a refused connection, an untrusted certificate);
+        # they name no URL.
+        why = str(exc) or type(exc).__name__
+        raise DeliveryFailed(f"could not reach {where.host}: {why}"[:300]) from None
     if time.monotonic() > deadline:
         raise DeliveryFailed(f"{where.host} took longer than {timeout:g} s")
     if 300 <= status < 400:
