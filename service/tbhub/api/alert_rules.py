@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from tbhub.auth.caller import require_project
+from tbhub.core.bounds import Count, FiniteFloat
 from tbhub.core.errors import InvalidInput
 from tbhub.core.models import Role
 from tbhub.domain import audit
@@ -26,8 +27,8 @@ class RuleIn(BaseModel):
     detector: Literal[rules.DETECTORS]  # type: ignore[valid-type]
     enabled: StrictBool | None = None
     tag_regex: Annotated[str | None, Field(max_length=rules.REGEX_MAX)] = None
-    threshold: Annotated[float | None, Field(strict=True, allow_inf_nan=False)] = None
-    window: Annotated[int | None, Field(strict=True)] = None
+    threshold: FiniteFloat | None = None  # the range per detector: rules.check_change
+    window: Count | None = None
     histograms: StrictBool | None = None
 
 
