@@ -14,7 +14,7 @@ from sqlalchemy import select
 from tbhub.core.db import transaction
 from tbhub.core.models import AuditEvent
 from tbhub.health.notify.outbox import DeliveryWorker, enqueue
-from tests.api.conftest import Team, team  # noqa: F401 - the roles fixture, used by name
+from tests.api.conftest import Team
 from tests.api.test_roles import CALLERS
 from tests.health.notify_receivers import WebhookReceiver, signature_ok
 
@@ -46,7 +46,7 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture
-def crew(team: Team, receiver: WebhookReceiver) -> Team:  # noqa: F811
+def crew(team: Team, receiver: WebhookReceiver) -> Team:
     """The roles team, on an instance that allows the loopback receiver and has SMTP set."""
     context = team.client.app.state.context  # type: ignore[attr-defined]
     context.settings = context.settings.model_copy(update={

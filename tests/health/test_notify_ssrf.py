@@ -16,7 +16,7 @@ from tbhub.core.errors import InvalidInput
 from tbhub.core.settings import Settings
 from tbhub.health.notify.outbound import DeliveryFailed, post
 from tbhub.health.notify.ssrf import IPAddress, Resolver, check_url
-from tests.api.conftest import Team, team  # noqa: F401 - the fixture, used by name
+from tests.api.conftest import Team
 from tests.health.notify_receivers import WebhookReceiver, make_certificate
 
 REFUSED = {
@@ -86,7 +86,7 @@ def test_an_allowed_range_opens_only_itself() -> None:
 
 
 @pytest.mark.parametrize("url", REFUSED.values(), ids=REFUSED.keys())
-def test_the_api_refuses_each_form_when_a_channel_is_saved(team: Team, url: str) -> None:  # noqa: F811
+def test_the_api_refuses_each_form_when_a_channel_is_saved(team: Team, url: str) -> None:
     headers = team.headers("alice")
     response = team.client.post("/api/v1/projects/vision/channels", headers=headers,
                                 json={"kind": "webhook", "name": "hook", "url": url})  # fmt: skip
@@ -171,7 +171,7 @@ def test_a_slow_receiver_times_out(settings: Settings, receiver: WebhookReceiver
 
 
 def test_the_test_button_reports_a_refused_redirect(
-    team: Team,  # noqa: F811
+    team: Team,
     receiver: WebhookReceiver,
 ) -> None:
     """Through the API: a channel whose receiver redirects; `send a test` says why it failed
