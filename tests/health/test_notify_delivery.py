@@ -33,7 +33,7 @@ from tbhub.core.settings import Settings
 from tbhub.domain.projects import create_project, set_membership
 from tbhub.domain.users import create_user
 from tbhub.health.notify.channels import describe
-from tbhub.health.notify.outbox import DeliveryWorker, enqueue
+from tbhub.health.notify.outbox import DeliveryWorker, delivery_totals, enqueue
 from tests.health.notify_receivers import (
     SmtpServer,
     WebhookReceiver,
@@ -150,6 +150,10 @@ def test_enqueue_only_writes_rows_and_sends_nothing(
     assert rows[0].payload["value_text"] == "nan"
     assert rows[0].payload["board_path"].startswith("/boards/vision/?runFilter=")
     assert receiver.received == []
+    with factory() as session:
+        counts, oldest = delivery_totals(session, rows[0].created_at + timedelta(seconds=5))
+    assert counts == {"pending": 1, "sending": 0, "sent": 0, "failed": 0, "dropped": 0}
+    assert oldest == 5.0
 
 
 def test_a_webhook_arrives_signed_once(
@@ -305,6 +309,9 @@ def test_a_failing_receiver_is_retried_with_backoff_then_the_failure_shows_on_th
     clock.advance(3600)
     worker.run_once()
     assert len(receiver.received) == 3  # a failed delivery is never tried again
+    with factory() as session:
+        counts, oldest = delivery_totals(session, clock.now)
+    assert (counts["failed"], counts["pending"], oldest) == (1, 0, None)
 
 
 def test_a_storm_within_a_minute_goes_out_as_one_digest(

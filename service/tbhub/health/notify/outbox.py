@@ -37,6 +37,7 @@ from tbhub.core.models import (
     User,
 )
 from tbhub.core.settings import Settings
+from tbhub.core.timestamps import iso_utc
 from tbhub.health.incidents import board_link
 from tbhub.health.notify.digest import compose
 from tbhub.health.notify.send import DeliveryFailed, Target, send
@@ -53,6 +54,7 @@ INCIDENT_FIELDS = (
 INFO_DETECTORS = frozenset({"finished"})  # news, not a problem
 BATCH = 500  # deliveries read per pass; the rest wait for the next pass
 MAX_BACKOFF = timedelta(hours=1)
+STATES = ("pending", "sending", "sent", "failed", "dropped")
 PRUNE_EVERY = timedelta(hours=1)
 
 # Set when an enqueue commits, so the worker sends at once rather than at its next poll.
@@ -70,7 +72,7 @@ def snapshot(incident: object) -> dict[str, Any]:
     for name in INCIDENT_FIELDS:
         value = getattr(incident, name, None)
         if isinstance(value, datetime):
-            value = value.astimezone(UTC).isoformat()
+            value = iso_utc(value)
         elif isinstance(value, float) and not math.isfinite(value):
             value = repr(value)
         out[name] = value
@@ -348,6 +350,18 @@ def set_outcome(session: Session, row: Delivery, *, error: str | None, at: datet
         holder = session.get(EmailPreference, (row.user_id, row.project_id))
     if holder is not None and error is not None:
         holder.last_error, holder.last_error_at = error, at
+
+
+def delivery_totals(session: Session, now: datetime) -> tuple[dict[str, int], float | None]:
+    """Deliveries in the outbox by state, and the age in seconds of the oldest one still to
+    send (None: none), for /metrics."""
+    counts = {state: 0 for state in STATES}
+    for state, n in session.execute(select(Delivery.state, func.count()).group_by(Delivery.state)):
+        counts[state] = int(n)
+    oldest = session.scalar(
+        select(func.min(Delivery.created_at)).where(Delivery.state.in_(("pending", "sending")))
+    )
+    return counts, (now - oldest).total_seconds() if oldest is not None else None
 
 
 def start_delivery(settings: Settings, session_factory: sessionmaker[Session]) -> Stoppable:
