@@ -119,6 +119,33 @@ def add_channel(
     return _show(request, session, context, user, access, made_secret=(channel.name, made))
 
 
+# Before the route below, whose {action} would otherwise take "test" and refuse it.
+@router.post("/projects/{name}/channels/{channel_id}/test")
+def test_channel(
+    request: Request,
+    name: ProjectInPath,
+    channel_id: ChannelId,
+    user: WebUser,
+    session: SessionDep,
+    context: ContextDep,
+    csrf_token: CsrfField = "",
+) -> Response:
+    """Send a test message now; the page then says whether it arrived (and the channel keeps
+    the error when it did not)."""
+    outcome: dict[str, Any] = {}
+
+    def run(tx: Session) -> object:
+        outcome.update(channels.send_test(tx, context.settings, project=name,
+                                          channel_id=channel_id, actor=user.name))  # fmt: skip
+        return None
+
+    response = _act(request, session, context, user, name, csrf_token=csrf_token,
+                    what="test channel", action=run, notice="test_sent")  # fmt: skip
+    if outcome and not outcome.get("delivered"):
+        return done(_page(name) + f"#channel-{channel_id}", "test_failed")
+    return response
+
+
 @router.post("/projects/{name}/channels/{channel_id}/{action}")
 def change_channel(
     request: Request,
@@ -147,29 +174,3 @@ def change_channel(
               "delete": "channel_deleted"}[action]  # fmt: skip
     return _act(request, session, context, user, name, csrf_token=csrf_token,
                 what=f"{action} channel", action=run, notice=notice)  # fmt: skip
-
-
-@router.post("/projects/{name}/channels/{channel_id}/test")
-def test_channel(
-    request: Request,
-    name: ProjectInPath,
-    channel_id: ChannelId,
-    user: WebUser,
-    session: SessionDep,
-    context: ContextDep,
-    csrf_token: CsrfField = "",
-) -> Response:
-    """Send a test message now; the page then says whether it arrived (and the channel keeps
-    the error when it did not)."""
-    outcome: dict[str, Any] = {}
-
-    def run(tx: Session) -> object:
-        outcome.update(channels.send_test(tx, context.settings, project=name,
-                                          channel_id=channel_id, actor=user.name))  # fmt: skip
-        return None
-
-    response = _act(request, session, context, user, name, csrf_token=csrf_token,
-                    what="test channel", action=run, notice="test_sent")  # fmt: skip
-    if outcome and not outcome.get("delivered"):
-        return done(_page(name) + f"#channel-{channel_id}", "test_failed")
-    return response

@@ -149,8 +149,10 @@ def done(path: str, notice: str) -> Response:
     """After a form's action: back to a page (303, so a reload does not repeat it)."""
     if notice not in NOTICES:
         raise ValueError(f"unknown notice {notice!r}")
+    path, hash_mark, fragment = path.partition("#")  # the notice goes before a fragment
     separator = "&" if "?" in path else "?"
-    return RedirectResponse(f"{path}{separator}{urlencode({'notice': notice})}", status_code=303)
+    target = f"{path}{separator}{urlencode({'notice': notice})}{hash_mark}{fragment}"
+    return RedirectResponse(target, status_code=303)
 
 
 def attempt(factory: sessionmaker[Session], action: Callable[[Session], T]) -> T | TbhubError:
