@@ -139,21 +139,40 @@ def test_a_rewritten_or_truncated_file_is_read_again_from_the_start(
     assert follower.read(1 << 30).scalars == []  # and never read twice after that
 
 
-def test_a_bad_frame_is_retried_and_skipped_once_it_stays_bad(tmp_path: Path) -> None:
+@pytest.mark.parametrize("before", [1, 150])  # few frames: checked one by one; many: batched
+def test_a_bad_frame_is_retried_and_skipped_once_it_stays_bad(tmp_path: Path, before: int) -> None:
     run = tmp_path / PROJECT / "bad"
     run.mkdir(parents=True)
-    good = framed(scalar_event(1, 1.0).SerializeToString())
-    broken = bytearray(framed(scalar_event(5, 5.0).SerializeToString()))
+    good = b"".join(framed(scalar_event(s, 1.0).SerializeToString()) for s in range(before))
+    broken = bytearray(framed(scalar_event(500, 5.0).SerializeToString()))
     broken[-5] ^= 0xFF  # the data no longer matches its CRC
-    later = framed(scalar_event(2, 2.0).SerializeToString())
+    later = b"".join(framed(scalar_event(s, 2.0).SerializeToString()) for s in range(501, 560))
     (run / "events.out.tfevents.1.host").write_bytes(good + bytes(broken) + later)
     clock = Clock()
     follower = RunFollower(tmp_path, PROJECT, "bad", clock=clock)
-    assert [p.step for p in follower.read(1 << 20).scalars] == [1]
+    assert [p.step for p in follower.read(1 << 20).scalars] == list(range(before))
     clock.now += RETRY_SECONDS / 2
     assert follower.read(1 << 20).scalars == []  # unchanged and not due: not even read
+    clock.now += RETRY_SECONDS
+    assert follower.read(1 << 20).scalars == []  # read again: still bad, not skipped yet
     clock.now += SKIP_AFTER_SECONDS
-    assert [p.step for p in follower.read(1 << 20).scalars] == [2]  # skipped, never dead
+    assert [p.step for p in follower.read(1 << 20).scalars] == list(range(501, 560))
+
+
+@pytest.mark.parametrize("before", [1, 150])
+def test_a_broken_length_stops_the_file_until_it_is_whole(tmp_path: Path, before: int) -> None:
+    run = tmp_path / PROJECT / "header"
+    run.mkdir(parents=True)
+    path = run / "events.out.tfevents.1.host"
+    good = b"".join(framed(scalar_event(s, 1.0).SerializeToString()) for s in range(before))
+    later = framed(scalar_event(before, 2.0).SerializeToString())
+    path.write_bytes(good + b"\0" * len(later))  # NFS: the length shown before the data
+    follower = RunFollower(tmp_path, PROJECT, "header")
+    assert len(follower.read(1 << 20).scalars) == before
+    with open(path, "r+b") as fh:  # the data arrives in place
+        fh.seek(len(good))
+        fh.write(later)
+    assert [p.step for p in follower.read(1 << 20).scalars] == [before]
 
 
 def test_a_record_longer_than_the_budget_is_still_read(tmp_path: Path) -> None:

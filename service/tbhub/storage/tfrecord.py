@@ -32,14 +32,14 @@ def _crc32c_table() -> list[int]:
     return table
 
 
-_TABLE = _crc32c_table()
+CRC_TABLE = _crc32c_table()
 
 
 def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC-32C (Castagnoli) of `data`."""
     crc = 0xFFFFFFFF
     for byte in data:
-        crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+        crc = CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     crc ^= 0xFFFFFFFF
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
