@@ -11,13 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from tbhub.cli.main import app as cli_app
 from tbhub.core.db import transaction
-from tbhub.core.models import Run
+from tbhub.core.models import Run, RunEvent
 from tbhub.core.settings import Settings
 from tbhub.health.monitor import HealthMonitor
 from tbhub.storage.scalars import ScalarCache
@@ -230,3 +230,25 @@ def test_incidents_show_on_metrics(team: Team, watching: HealthMonitor,
     text = team.client.get("/metrics").text
     assert 'tbhub_incidents_open{project="vision",detector="crashed"} 1' in text
     assert 'tbhub_incidents{detector="crashed"} 1' in text
+
+
+def test_a_status_change_that_becomes_visible_late_still_counts(
+    team: Team, watching: HealthMonitor, factory: sessionmaker[Session]
+) -> None:
+    """On PostgreSQL a transaction with a lower id can commit after one with a higher id."""
+    early, later = register(team, "early"), register(team, "later")
+    with factory() as session:
+        top = session.scalar(select(func.max(RunEvent.id)))
+    assert top is not None
+    gap = top + 10  # an id handed to a transaction that has not committed yet
+    with transaction(factory) as session:
+        session.add(RunEvent(id=gap + 1, run_id=later["id"], kind="status", value="finished",
+                             actor="test", at=datetime.now(UTC)))  # fmt: skip
+    assert drain(watching) == 1
+    with transaction(factory) as session:
+        session.add(RunEvent(id=gap, run_id=early["id"], kind="status", value="failed",
+                             actor="test", at=datetime.now(UTC)))  # fmt: skip
+    assert drain(watching) == 1
+    [crashed] = listed(team, detector="crashed")["incidents"]
+    assert crashed["run_path"] == early["path"]
+    assert drain(watching) == 0

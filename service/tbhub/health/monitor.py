@@ -50,6 +50,7 @@ RUNS_EVERY = 5.0  # seconds between two looks at the runs table (status changes,
 SEED_HOURS = 1.0  # at start: runs that wrote within this long are read
 STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
 EVENTS_PER_PASS = 1000
+LATE = timedelta(minutes=1)  # how late a status change may become visible and still count
 CRASHED = {
     RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
     RunStatus.killed.value: "was killed (a signal or an interrupt)",
@@ -93,6 +94,7 @@ class HealthMonitor:
         self._watched: OrderedDict[tuple[str, str], _Watched] = OrderedDict()
         self._rules: dict[int, _Rules] = {}
         self._cursor: int | None = None  # the newest run event looked at
+        self._seen_events: dict[int, datetime] = {}  # run events of the last LATE, by id
         self._runs_checked = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -311,25 +313,29 @@ class HealthMonitor:
     # -- the runs table ---------------------------------------------------------------------
 
     def _status_changes(self, session: Session, now: datetime) -> int:
-        """crashed and finished, from the runs' status history (domain/runs.note_event)."""
+        """crashed and finished, from the runs' status history (domain/runs.note_event).
+
+        Ids are handed out before commit, so on PostgreSQL a lower id can become visible
+        after a higher one: the last `LATE` of history is looked at again, by id, once."""
         if self._cursor is None:
             before = now - STATUS_LOOKBACK
             self._cursor = (
                 session.scalar(select(func.max(RunEvent.id)).where(RunEvent.at < before)) or 0
             )
-        query = (
-            select(RunEvent)
-            .where(RunEvent.id > self._cursor, RunEvent.kind == "status")
-            .order_by(RunEvent.id)
-            .limit(EVENTS_PER_PASS)
-        )
+        recent = now - LATE
+        status = select(RunEvent).where(RunEvent.kind == "status").order_by(RunEvent.id)
+        late = status.where(RunEvent.id <= self._cursor, RunEvent.at >= recent)
+        newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
         raised = 0
-        for event in list(session.scalars(query)):
-            self._cursor = event.id
-            run = session.get(Run, event.run_id)
-            if run is None:
+        for event in [*session.scalars(late), *session.scalars(newer)]:
+            if event.id in self._seen_events:
                 continue
-            raised += self._status_change(session, run, event, now)
+            self._seen_events[event.id] = event.at
+            self._cursor = max(self._cursor, event.id)
+            run = session.get(Run, event.run_id)
+            if run is not None:
+                raised += self._status_change(session, run, event, now)
+        self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
         return raised
 
     def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
