@@ -5,6 +5,7 @@ shape for an invalid rule, and `--json` output."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tbhub.core.db import transaction
 from tbhub.core.models import Run, RunEvent
 from tbhub.core.settings import Settings
 from tbhub.health.monitor import HealthMonitor
+from tbhub.serve.duties import start_monitor
 from tbhub.storage.scalars import ScalarCache
 from tests.api.conftest import Team
 from tests.health.conftest import drain, incidents_of
@@ -252,3 +254,21 @@ def test_a_status_change_that_becomes_visible_late_still_counts(
     [crashed] = listed(team, detector="crashed")["incidents"]
     assert crashed["run_path"] == early["path"]
     assert drain(watching) == 0
+
+
+def test_the_leaders_monitor_shows_on_metrics_and_can_be_turned_off(
+    team: Team, settings: Settings
+) -> None:
+    context = team.client.app.state.context  # type: ignore[attr-defined]
+    monitor = start_monitor(settings, context)
+    assert monitor is not None
+    try:
+        deadline = time.monotonic() + 10
+        while monitor.stats.passes == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = team.client.get("/metrics").text
+        assert "tbhub_health_passes_total " in text and "tbhub_health_runs_behind 0" in text
+    finally:
+        monitor.stop()
+    off = settings.model_copy(update={"health_monitor": False})
+    assert start_monitor(off, context) is None

@@ -189,12 +189,14 @@ class HealthMonitor:
         found = self._detect()
         now = self.clock()
         raised = 0
-        with transaction(self.factory) as session:
-            raised += self._record(session, found, now)
-            if time.monotonic() - self._runs_checked >= RUNS_EVERY:
-                self._runs_checked = time.monotonic()
-                raised += self._status_changes(session, now)
-                raised += self._stalls(session, now)
+        look_at_runs = time.monotonic() - self._runs_checked >= RUNS_EVERY
+        if found or look_at_runs:  # most passes find nothing: no transaction for them
+            with transaction(self.factory) as session:
+                raised += self._record(session, found, now)
+                if look_at_runs:
+                    self._runs_checked = time.monotonic()
+                    raised += self._status_changes(session, now)
+                    raised += self._stalls(session, now)
         self.stats.passes += 1
         self.stats.pass_seconds += time.monotonic() - started
         self.stats.incidents += raised

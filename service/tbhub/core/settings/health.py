@@ -31,10 +31,10 @@ class HealthSettings(BaseModel):
         "more catches up over the next passes.",
     )
     health_max_runs: int = Field(
-        default=4096,
+        default=2048,
         ge=1,
         le=1_000_000,
-        description="Runs whose reading position and recent values the monitor keeps in "
-        "memory; the least recently changed beyond this are dropped and read again from "
-        "the start if they change.",
+        description="Runs whose reading position, recent values and sparkline the leader keeps "
+        "in memory (up to a few hundred KiB each); a run dropped beyond this is read again "
+        "from the start when it changes. Raise it above the number of runs written at once.",
     )
