@@ -1,0 +1,208 @@
+"""CPU the run-health monitor uses with 1,000 active runs each writing 10 scalars a second.
+
+A scratch installation (SQLite, one project) gets `--runs-active` runs registered as a
+training job registers them (status running). A writer process appends to every run's event
+file: 10 scalars a second each (train/loss, train/grad_norm, train/learning_rate ... in
+turn), flushed once a second per run as writers flush, spread over the second. In this
+process the storage watcher (inotify, as `tbhub serve` runs it, feeding the runs table)
+hands each changed event file to the health monitor (health/monitor.py), which reads on
+from where it stopped, runs the detectors and records nothing (the curves are healthy).
+
+The figure is the monitor thread's own CPU time over each window, in % of one core (the
+watcher's threads and the process in all are reported beside it); median over the windows.
+Target: <= 10% of a core.
+
+    .venv/bin/python bench/health_monitor_cpu.py [--runs 3] [--window 20]
+        [--runs-active 1000] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from _harness import arguments, emit_report, median, temp_dir
+from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
+from tbhub.core.models import Incident, Run
+from tbhub.core.settings import Settings, prepare_runtime
+from tbhub.domain.projects import create_project
+from tbhub.domain.run_sink import DatabaseRunSink
+from tbhub.domain.runs import RunFields, register_run
+from tbhub.domain.watcher import StorageWatcher
+from tbhub.health.monitor import HealthMonitor
+from tbhub.storage.scalars import ScalarCache
+
+PROJECT = "bench"
+SCALARS_PER_SECOND = 10
+TARGET_PERCENT = 10.0
+
+# The writer: appends framed Event records to every run's event file, 10 scalars a second
+# each, one flush a second per run, the runs spread over the second.
+WRITER = r"""
+import json, math, os, random, sys, time
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tbhub.storage.tfrecord import framed
+
+files, per_second = json.loads(sys.argv[1]), int(sys.argv[2])
+tags = ["train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
+        "eval/accuracy", "throughput", "memory", "loss_scale", "tokens"][:per_second]
+handles = [open(path, "ab", buffering=0) for path in files]
+rng = random.Random(0)
+step, started = 0, time.monotonic()
+while True:
+    for index, handle in enumerate(handles):
+        due = started + step + index / len(handles)
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        chunk = []
+        for tag_index, tag in enumerate(tags):
+            value = (1 + 2 * math.exp(-step / 300)) * math.exp(rng.gauss(0, 0.05)) * (tag_index + 1)
+            event = Event(wall_time=time.time(), step=step,
+                          summary=Summary(value=[Summary.Value(tag=tag, simple_value=value)]))
+            chunk.append(framed(event.SerializeToString()))
+        handle.write(b"".join(chunk))
+    step += 1
+    print(step, flush=True)
+"""
+
+
+@dataclass
+class Sample:
+    window: int
+    seconds: float
+    monitor_percent: float
+    watcher_percent: float
+    process_percent: float
+    bytes_read: int
+    bytes_written: int
+    passes: int
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def thread_cpu(threads: list[threading.Thread]) -> float:
+    """CPU seconds the given (running) threads have used."""
+    total = 0.0
+    for thread in threads:
+        if thread.ident is not None and thread.is_alive():
+            total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    return total
+
+
+def install(work: Path, runs: int) -> tuple[Settings, list[Path]]:
+    """A migrated SQLite database, the project and `runs` registered runs with one event
+    file each (its first record written, as a writer's file version record)."""
+    settings = prepare_runtime(Settings(
+        data_dir=work / "data", storage_root=work / "storage",
+        database_url=f"sqlite:///{work / 'tbhub.sqlite3'}", secret_key="bench-" + "x" * 40,
+        watch_mode="inotify",
+    ))  # fmt: skip
+    upgrade(settings.db_url)
+    factory = make_session_factory(make_engine(settings.db_url))
+    with transaction(factory) as session:
+        project = create_project(session, name=PROJECT, storage_root=settings.storage,
+                                 owner=None, actor="bench")  # fmt: skip
+        project_id = project.id
+    files = []
+    for index in range(runs):
+        run = register_run(factory, storage_root=settings.storage, project=PROJECT,
+                           project_id=project_id, name=f"run-{index:04d}", group=None,
+                           fields=RunFields(hparams={}, tags=[]), actor="bench")  # fmt: skip
+        files.append(settings.storage / PROJECT / run.path / "events.out.tfevents.1.bench")
+    return settings, files
+
+
+def main() -> None:
+    parser = arguments(__doc__, runs=3)
+    parser.add_argument("--window", type=float, default=20.0, help="seconds per window")
+    parser.add_argument("--runs-active", type=int, default=1000, help="runs writing")
+    parser.add_argument("--settle", type=float, default=15.0, help="seconds before measuring")
+    args = parser.parse_args()
+    with temp_dir("tbhub-bench-health-cpu.") as work:
+        log(f"registering {args.runs_active} runs ...")
+        settings, files = install(work, args.runs_active)
+        factory = make_session_factory(make_engine(settings.db_url))
+        monitor = HealthMonitor(settings, factory, ScalarCache(settings.storage))
+        before = set(threading.enumerate())
+        watcher = StorageWatcher(settings.storage, DatabaseRunSink(factory), mode="inotify",
+                                 on_event_files=monitor.event_files)  # fmt: skip
+        watcher.start()
+        assert watcher.wait_ready(300)
+        watcher_threads = [t for t in threading.enumerate() if t not in before]
+        monitor.start()
+        assert monitor._thread is not None
+        monitor_threads = [monitor._thread]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, json.dumps([str(f) for f in files]),
+             str(SCALARS_PER_SECOND)],
+            stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        )  # fmt: skip
+        samples: list[Sample] = []
+        try:
+            log(f"writing {args.runs_active} runs x {SCALARS_PER_SECOND} scalars/s; "
+                f"settling {args.settle:.0f}s ...")  # fmt: skip
+            time.sleep(args.settle)
+            for index in range(1, args.runs + 1):
+                cpu_m, cpu_w = thread_cpu(monitor_threads), thread_cpu(watcher_threads)
+                cpu_p, wall = time.process_time(), time.monotonic()
+                read, passes = monitor.stats.bytes_read, monitor.stats.passes
+                written = sum(f.stat().st_size for f in files)
+                time.sleep(args.window)
+                seconds = time.monotonic() - wall
+                written = sum(f.stat().st_size for f in files) - written
+                sample = Sample(
+                    index, seconds,
+                    100 * (thread_cpu(monitor_threads) - cpu_m) / seconds,
+                    100 * (thread_cpu(watcher_threads) - cpu_w) / seconds,
+                    100 * (time.process_time() - cpu_p) / seconds,
+                    monitor.stats.bytes_read - read, written, monitor.stats.passes - passes,
+                )  # fmt: skip
+                samples.append(sample)
+                log(f"window {index}/{args.runs}: monitor {sample.monitor_percent:.2f}% of a "
+                    f"core, watcher {sample.watcher_percent:.2f}%, process "
+                    f"{sample.process_percent:.2f}%; {written / seconds / 1024:.0f} KiB/s "
+                    f"written, {sample.bytes_read / seconds / 1024:.0f} KiB/s read in "
+                    f"{sample.passes} passes")  # fmt: skip
+            if writer.poll() is not None:
+                raise RuntimeError("the writer stopped")
+        finally:
+            writer.terminate()
+            writer.wait(10)
+            monitor.stop()
+            watcher.stop()
+        with factory() as session:
+            running = session.query(Run).filter(Run.status == "running").count()
+            raised = session.query(Incident).count()
+        # Every run was read: the monitor heard of each file and followed it.
+        assert monitor.followed() >= args.runs_active * 0.99, monitor.followed()
+    figure = median([s.monitor_percent for s in samples])
+    summary = (f"health monitor with {args.runs_active} runs x {SCALARS_PER_SECOND} scalars/s: "
+               f"{figure:.2f}% of a core (median of {args.runs} windows of "
+               f"{args.window:.0f}s; watcher {median([s.watcher_percent for s in samples]):.2f}%"
+               f", whole process {median([s.process_percent for s in samples]):.2f}%); "
+               f"{raised} incidents on healthy curves; target <= {TARGET_PERCENT:g}%")  # fmt: skip
+    if args.json:
+        emit_report("health_monitor_cpu", data={"runs": args.runs_active, "running": running,
+                                                "scalars_per_second": SCALARS_PER_SECOND},
+                    samples=samples, n=args.runs, summary=summary,
+                    median_percent=figure, incidents=raised,
+                    target_percent=TARGET_PERCENT)  # fmt: skip
+    else:
+        print(summary)
+    assert math.isfinite(figure)
+
+
+if __name__ == "__main__":
+    main()
