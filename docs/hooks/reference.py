@@ -317,12 +317,16 @@ def permission_matrix() -> tuple[list[str], list[PermissionRow]]:
     would need its fixtures."""
     tree = ast.parse(ROLES_TEST.read_text())
     values: dict[str, ast.expr] = {}
+    target: ast.expr
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-        if isinstance(target, ast.Name) and node.value is not None:  # type: ignore[union-attr]
-            values[target.id] = node.value  # type: ignore[union-attr]
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            values[target.id] = value
     callers = [str(c) for c in ast.literal_eval(values["CALLERS"])]
     matrix = ast.literal_eval(values["MATRIX"])
     actions = values["ACTIONS"]
