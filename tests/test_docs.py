@@ -4,6 +4,7 @@ tests build the site once and read what came out."""
 
 from __future__ import annotations
 
+import ast
 import collections
 import html
 import os
@@ -197,15 +198,13 @@ def http_table_entries() -> list[tuple[str | None, str]]:
 
 def app_routes() -> set[tuple[str, str]]:
     """(method, path with {} for each parameter) of every route of the app, hidden too."""
+    from tbhub.core.settings import Settings, prepare_runtime
+    from tbhub.serve.app import build_context, create_app
     from tests.test_input_bounds import full_spec
 
-    factory = reference._first_importable("tbhub.app.factory", "tbhub.main")
-    settings_module = reference._first_importable("tbhub.core.settings", "tbhub.settings")
     with tempfile.TemporaryDirectory() as tmp:
-        settings = settings_module.prepare_runtime(
-            settings_module.Settings(data_dir=Path(tmp), secret_key="k" * 32)
-        )
-        app = factory.create_app(factory.build_context(settings))
+        settings = prepare_runtime(Settings(data_dir=Path(tmp), secret_key="k" * 32))
+        app = create_app(build_context(settings))
         spec = full_spec(app)
     # The spec's routes, and the app's own (the OpenAPI document is not in itself).
     paths = [(m, path) for path, operations in spec["paths"].items() for m in operations]
@@ -256,3 +255,51 @@ def test_every_page_is_in_the_nav() -> None:
     nav = (REPO / "mkdocs.yml").read_text()
     pages = [p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")]
     assert [page for page in pages if f": {page}" not in nav] == []
+
+
+# --------------------------------------------------------------------------- the map
+
+
+PACKAGE = REPO / "service" / "tbhub"
+PARTS = "|".join(sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()))
+# `supervisor/loop.py`, `api/board_gate.judge`, `serve/replica.Replica.wake`, `web/static/x.js`
+MODULE_REF = re.compile(rf"(?<![\w/.-])((?:{PARTS})/[\w/]*\w)((?:\.\w+)*)")
+
+
+def defined_names(path: Path) -> set[str]:
+    """Every function, class and assigned name in a module, at any depth."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def broken_reference(path: str, suffix: str) -> bool:
+    """Whether `path` + `suffix` names no file, package or definition in service/tbhub."""
+    where = PACKAGE / path
+    attributes = [a for a in suffix.split(".") if a]
+    if where.with_suffix(".py").is_file():
+        names = defined_names(where.with_suffix(".py"))
+        return any(a not in names for a in attributes if a != "py")
+    if where.is_dir():
+        return False
+    return not where.with_name(f"{where.name}{suffix}").is_file()  # web/static/starting.js
+
+
+def test_every_module_the_map_and_the_docs_name_exists() -> None:
+    """ARCHITECTURE.md and the docs name modules, functions and classes by path: a move or a
+    rename that leaves one of them behind fails here."""
+    pages = [REPO / "ARCHITECTURE.md", *sorted(DOCS.rglob("*.md"))]
+    broken = [
+        f"{page.relative_to(REPO)}:{number}: {path}{suffix}"
+        for page in pages
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        for path, suffix in MODULE_REF.findall(line)
+        if broken_reference(path, suffix)
+    ]
+    assert broken == []

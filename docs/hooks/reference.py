@@ -10,7 +10,6 @@ are what tests/test_docs.py reads too: one place says what a reference holds.
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import re
 import tempfile
@@ -23,20 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
 
 
-def _first_importable(*modules: str) -> Any:
-    """The first of `modules` that imports (the package is being reorganised; see
-    ARCHITECTURE.md): the new path first, then the old."""
-    for name in modules[:-1]:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not name.startswith(exc.name):
-                raise
-    return importlib.import_module(modules[-1])
-
-
 def settings_class() -> type[Any]:
-    return _first_importable("tbhub.core.settings", "tbhub.settings").Settings  # type: ignore[no-any-return]
+    from tbhub.core.settings import Settings
+
+    return Settings
 
 
 def _text(value: str) -> str:
@@ -97,8 +86,14 @@ def _default(field: Any) -> str:
     return _code(str(value))
 
 
+def _title(cls: type[Any]) -> str:
+    """The first line of a group class's docstring, as a heading."""
+    return (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
+
+
 def settings_groups() -> list[SettingGroup]:
-    """Every setting, grouped by the class that declares it, in the order of declaration."""
+    """Every setting, grouped by the class of Settings.__mro__ that declares it, each group in
+    the order of declaration."""
     settings = settings_class()
     prefix = settings.model_config.get("env_prefix", "")
     groups: dict[type[Any], list[SettingRow]] = {}
@@ -110,10 +105,9 @@ def settings_groups() -> list[SettingGroup]:
             description=field.description or "",
         )
         groups.setdefault(_declaring_class(settings, name), []).append(row)
-    return [
-        SettingGroup(title=((cls.__doc__ or cls.__name__).strip().splitlines()[0]), rows=rows)
-        for cls, rows in groups.items()
-    ]
+    # In the order Settings names its groups (pydantic lists the last group's fields first).
+    order = sorted(groups, key=settings.__mro__.index)
+    return [SettingGroup(title=_title(cls), rows=groups[cls]) for cls in order]
 
 
 def render_settings() -> str:
@@ -217,15 +211,17 @@ class Operation:
 
 def openapi_spec() -> dict[str, Any]:
     """The app's own spec, from an app built on a throwaway data dir (nothing is served)."""
-    settings_module = _first_importable("tbhub.core.settings", "tbhub.settings")
-    factory = _first_importable("tbhub.app.factory", "tbhub.main")
+    from pydantic import SecretStr
+
+    from tbhub.core.settings import Settings, prepare_runtime
+    from tbhub.serve.app import build_context, create_app
+
     with tempfile.TemporaryDirectory(prefix="tbhub-docs-") as tmp:
-        settings = settings_module.prepare_runtime(
-            settings_module.Settings(data_dir=Path(tmp), secret_key="docs-" + "k" * 32)
-        )
-        context = factory.build_context(settings)
+        key = SecretStr("docs-" + "k" * 32)
+        settings = prepare_runtime(Settings(data_dir=Path(tmp), secret_key=key))
+        context = build_context(settings)
         try:
-            return factory.create_app(context).openapi()  # type: ignore[no-any-return]
+            return create_app(context).openapi()
         finally:
             context.engine.dispose()
 
