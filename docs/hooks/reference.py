@@ -147,7 +147,6 @@ def _walk(command: Any, path: str) -> Iterator[tuple[str, Any]]:
 
 def cli_commands() -> list[CommandDoc]:
     """The root, every group and every command, depth first."""
-    import click
     import typer
 
     from tbhub.cli.main import app
@@ -155,10 +154,13 @@ def cli_commands() -> list[CommandDoc]:
     root = typer.main.get_command(app)
     docs = []
     for path, command in _walk(root, "tbhub"):
-        context = click.Context(command, info_name=path)
+        # typer's own click (it vendors one): the same help records `--help` prints.
+        context = command.context_class(command, info_name=path)
         params = []
         for param in command.get_params(context):
             record = param.get_help_record(context)
+            if param.name == "help":
+                continue  # every command has it; the page says so once
             if record is not None:
                 params.append(record)
             elif param.param_type_name == "argument":
