@@ -303,3 +303,16 @@ def test_every_module_the_map_and_the_docs_name_exists() -> None:
         if broken_reference(path, suffix)
     ]
     assert broken == []
+
+
+def test_the_maps_layers_are_the_ones_the_layer_test_enforces() -> None:
+    from tests.test_layers import LAYERS
+
+    text = (REPO / "ARCHITECTURE.md").read_text().split("## The layers of the code", 1)[1]
+    block = text.split("```", 2)[1]
+    drawn = [
+        set(re.findall(r"(\w+)/", match.group(1)))
+        for line in block.splitlines()
+        if (match := re.match(r"^ ((?:\w+/ +)+)", line))
+    ]
+    assert drawn == list(reversed(LAYERS))
