@@ -36,7 +36,7 @@ test: venv
 	$(BIN)/tbhub admin board-image build
 	$(BIN)/ruff check service tests bench alembic docs
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 lint: venv
 	$(BIN)/ruff check service tests bench alembic docs
