@@ -34,18 +34,18 @@ test: venv
 	@deploy/install-system-deps.sh test
 	@$(MAKE) --no-print-directory $(OIDC_STAMP) $(AXE_STAMP)
 	$(BIN)/tbhub admin board-image build
-	$(BIN)/ruff check service tests bench alembic
+	$(BIN)/ruff check service tests bench alembic docs
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 lint: venv
-	$(BIN)/ruff check service tests bench alembic
-	$(BIN)/ruff format --check service tests bench alembic
+	$(BIN)/ruff check service tests bench alembic docs
+	$(BIN)/ruff format --check service tests bench alembic docs
 	$(BIN)/mypy
 
 fmt: venv
-	$(BIN)/ruff format service tests bench alembic
-	$(BIN)/ruff check --fix service tests bench alembic
+	$(BIN)/ruff format service tests bench alembic docs
+	$(BIN)/ruff check --fix service tests bench alembic docs
 
 bench: venv
 	@deploy/install-system-deps.sh bench

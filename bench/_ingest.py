@@ -15,7 +15,11 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import PROJECT, Tbhub, arguments, at_least, cached, temp_dir
+from _places import PROJECT
+from _processes import temp_dir
+from _reports import arguments, at_least
+from _sample_data import cached
+from _tbhub import Tbhub
 
 PNG_SIZE = 96  # pixels per side of each logged image
 

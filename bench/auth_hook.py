@@ -26,18 +26,12 @@ from pathlib import Path
 
 import httpx
 
-from _harness import (
-    PROJECT,
-    Tbhub,
-    arguments,
-    at_least,
-    copied_logdir,
-    emit_json,
-    log,
-    median,
-    run_wrk,
-    temp_dir,
-)
+from _places import PROJECT
+from _processes import temp_dir
+from _reports import arguments, at_least, emit_json, log, median
+from _sample_data import copied_logdir
+from _tbhub import Tbhub
+from _wrk import run_wrk
 
 CONNECTIONS, THREADS = 64, 2
 PATH = "data/environment"

@@ -31,7 +31,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from _harness import Tbhub, arguments, cached, emit_json, log, temp_dir, timed_rounds
+from _processes import temp_dir
+from _reports import arguments, emit_json, log, timed_rounds
+from _sample_data import cached
+from _tbhub import Tbhub
 
 CACHE_KEY = "backup-100k-files"
 RUNS, FILES_PER_RUN, FILE_SIZE = 2000, 50, 8192

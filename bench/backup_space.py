@@ -22,7 +22,9 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from _harness import Tbhub, arguments, emit_json, log, temp_dir
+from _processes import temp_dir
+from _reports import arguments, emit_json, log
+from _tbhub import Tbhub
 from backup_incremental import backdate, cached_tree
 
 

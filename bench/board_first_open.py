@@ -29,17 +29,11 @@ from dataclasses import dataclass
 from playwright.sync_api import Browser, sync_playwright
 from sqlalchemy import create_engine, select
 
-from _harness import (
-    PROJECT,
-    Tbhub,
-    arguments,
-    copied_logdir,
-    emit_report,
-    measure_rounds,
-    medians,
-    temp_dir,
-    wait_for,
-)
+from _places import PROJECT
+from _processes import temp_dir, wait_for
+from _reports import arguments, emit_report, measure_rounds, medians
+from _sample_data import copied_logdir
+from _tbhub import Tbhub
 from tbhub.core.models import Board, ObservedState, Project
 
 RUNS, STEPS, TAGS = 5, 200, 2

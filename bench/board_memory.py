@@ -36,20 +36,11 @@ from pathlib import Path
 
 import psutil
 
-from _harness import (
-    USER,
-    Group,
-    Tbhub,
-    arguments,
-    at_least,
-    cached_logdir,
-    emit_report,
-    measure_rounds,
-    medians,
-    ready_bare_tensorboard,
-    subset_of,
-    temp_dir,
-)
+from _places import USER
+from _processes import Group, ready_bare_tensorboard, temp_dir
+from _reports import arguments, at_least, emit_report, measure_rounds, medians, subset_of
+from _sample_data import cached_logdir
+from _tbhub import Tbhub
 from cold_start import TIMEOUT, time_to_runs
 
 RUNS, STEPS, TAGS = 20, 5000, 5

@@ -38,20 +38,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _harness import (
-    PROJECT,
-    Tbhub,
-    arguments,
-    copied_logdir,
-    emit_report,
-    measure_rounds,
-    medians,
-    ready_bare_tensorboard,
-    runs_listed,
-    subset_of,
-    temp_dir,
-    wait_for,
-)
+from _places import PROJECT
+from _processes import ready_bare_tensorboard, runs_listed, temp_dir, wait_for
+from _reports import arguments, emit_report, measure_rounds, medians, subset_of
+from _sample_data import copied_logdir
+from _tbhub import Tbhub
 
 RUNS, STEPS, TAGS = 20, 5000, 5
 POLL_INTERVAL = 0.05

@@ -36,17 +36,11 @@ from pathlib import Path
 
 import httpx
 
-from _harness import (
-    USER,
-    Tbhub,
-    arguments,
-    cached_logdir,
-    emit_report,
-    measure_rounds,
-    medians,
-    temp_dir,
-    wait_for,
-)
+from _places import USER
+from _processes import temp_dir, wait_for
+from _reports import arguments, emit_report, measure_rounds, medians
+from _sample_data import cached_logdir
+from _tbhub import Tbhub
 from cold_start import Sample, measure_bare, print_runs, time_to_runs
 
 RUNS, STEPS, TAGS = 10, 5000, 5

@@ -20,8 +20,10 @@ import httpx
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from _harness import PROJECT, arguments, log, median, report, wait_for
 from _ingest import serving
+from _places import PROJECT
+from _processes import wait_for
+from _reports import arguments, log, median, report
 
 
 def measure(mode: str, runs: int, poll_interval: float) -> list[float]:

@@ -32,15 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from _harness import (
-    arguments,
-    copied_logdir,
-    docker_boards,
-    emit_report,
-    measure_rounds,
-    medians,
-    temp_dir,
-)
+from _processes import temp_dir
+from _reports import arguments, emit_report, measure_rounds, medians
+from _sample_data import copied_logdir
+from _tbhub import docker_boards
 from cold_start import DATA, RUNS, STEPS, TAGS, Sample, measure_tbhub, print_runs
 
 TARGET_RATIO = 1.5  # docker / exec

@@ -38,19 +38,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-from tests.support.scratch_database import postgres_database
 
-from _harness import (
-    Tbhub,
-    arguments,
-    copied_logdir,
-    log,
-    median,
-    report,
-    runs_listed,
-    temp_dir,
-    wait_for,
-)
+from _processes import runs_listed, temp_dir, wait_for
+from _reports import arguments, log, median, report
+from _sample_data import copied_logdir
+from _tbhub import Tbhub, database_url
 from tbhub.core.processes import ProcessRef, stop_group
 
 LEADER = re.compile(r"^tbhub_supervisor_leader (\d)$", re.M)
@@ -117,12 +109,12 @@ def stop_all(replicas: list[Tbhub], state_dir: Path) -> None:
 def run(runs: int, warmup: int) -> dict[str, object]:
     with (
         temp_dir("tbhub-failover.") as work,
-        postgres_database(prefix="tbhub_bench_") as database_url,
+        database_url("postgresql") as db_url,
     ):
         storage, names = copied_logdir(work, runs=5, steps=200, tags=2)
         state_dir = work / "boards"
         env = {
-            "TBHUB_DATABASE_URL": database_url,
+            "TBHUB_DATABASE_URL": db_url,
             "TBHUB_BOARD_STATE_DIR": str(state_dir),
             "TBHUB_SECRET_KEY": secrets.token_hex(32),
         }

@@ -41,20 +41,12 @@ from pathlib import Path
 
 import httpx
 
-from _harness import (
-    PROJECT,
-    Tbhub,
-    arguments,
-    at_least,
-    cached_logdir,
-    log,
-    median,
-    report,
-    start_wrk,
-    stop_wrk,
-    temp_dir,
-    wait_for,
-)
+from _places import PROJECT
+from _processes import temp_dir, wait_for
+from _reports import arguments, at_least, log, median, report
+from _sample_data import cached_logdir
+from _tbhub import Tbhub
+from _wrk import start_wrk, stop_wrk
 from tbhub.core.processes import ProcessRef, stop_group
 
 RUNS, STEPS, TAGS = 3, 100, 5

@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import arguments, at_least, log, median, report, temp_dir
+from _processes import temp_dir
+from _reports import arguments, at_least, log, median, report
 from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.core.models import Board, DesiredState, Project
 from tbhub.domain.boards import AccessTracker

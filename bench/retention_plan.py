@@ -26,7 +26,10 @@ import random
 import time
 from pathlib import Path
 
-from _harness import Tbhub, arguments, cached, emit_json, log, temp_dir, timed, timed_rounds
+from _processes import temp_dir, timed
+from _reports import arguments, emit_json, log, timed_rounds
+from _sample_data import cached
+from _tbhub import Tbhub
 
 CACHE_KEY = "retention-100k-runs"
 PROJECTS, RUNS_PER_PROJECT, FILES_PER_RUN, RUNS_PER_GROUP, EVENT_FILES = 20, 5000, 10, 100, 3

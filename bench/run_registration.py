@@ -25,18 +25,11 @@ import argparse
 import functools
 from pathlib import Path
 
-from _harness import (
-    PROJECT,
-    WrkReport,
-    arguments,
-    emit_json,
-    hub_on_database,
-    log,
-    median,
-    on_databases,
-    run_wrk,
-    temp_dir,
-)
+from _places import PROJECT
+from _processes import temp_dir
+from _reports import arguments, emit_json, log, median
+from _tbhub import hub_on_database, on_databases
+from _wrk import WrkReport, run_wrk
 
 SCRIPT = Path(__file__).with_name("register_runs.lua")
 

@@ -31,17 +31,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, insert, select
 
-from _harness import (
-    PROJECT,
-    USER,
-    arguments,
-    emit_json,
-    hub_on_database,
-    log,
-    on_databases,
-    percentile,
-    temp_dir,
-)
+from _places import PROJECT, USER
+from _processes import temp_dir
+from _reports import arguments, emit_json, log, percentile
+from _tbhub import hub_on_database, on_databases
 from tbhub.core.models import Board, Membership, Project, Role, Run, RunTag, User
 from tbhub.storage.sample_logs import write_run
 

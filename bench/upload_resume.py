@@ -19,8 +19,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from _harness import PROJECT, TBHUB_BIN, log, median, report
 from _ingest import serving, sized_tree, tree_arguments, tree_bytes
+from _places import PROJECT, TBHUB_BIN
+from _reports import log, median, report
 
 
 def settled(run_dir: Path) -> int:

@@ -21,8 +21,8 @@ import shutil
 import subprocess
 import time
 
-from _harness import report, timed_rounds
 from _ingest import new_run, serving, sized_tree, tree_arguments
+from _reports import report, timed_rounds
 from tbhub.client.upload import Uploader
 
 TARGET = 0.5

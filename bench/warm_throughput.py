@@ -42,19 +42,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-from _harness import (
-    Tbhub,
-    WrkReport,
-    arguments,
-    at_least,
-    copied_logdir,
-    docker_boards,
-    emit_json,
-    log,
-    median,
-    run_wrk,
-    temp_dir,
-)
+from _processes import temp_dir
+from _reports import arguments, at_least, emit_json, log, median
+from _sample_data import copied_logdir
+from _tbhub import Tbhub, docker_boards
+from _wrk import WrkReport, run_wrk
 
 RUNS, STEPS, TAGS = 3, 100, 5
 THREADS, CONNECTIONS = 2, 16

@@ -16,7 +16,8 @@ import os
 import time
 from pathlib import Path
 
-from _harness import arguments, log, median, report, temp_dir
+from _processes import temp_dir
+from _reports import arguments, log, median, report
 from tbhub.domain.watcher import ProjectChanges, StorageWatcher
 
 RUNS, FILES_PER_RUN = 10_000, 10

@@ -123,18 +123,8 @@ def client(settings: Settings, factory: sessionmaker[Session]) -> Iterator[TestC
         yield test_client
 
 
-# Modules whose tests drive the one Docker daemon: swarm mode, compose networks and the board
-# image are the daemon's, not a test's, so these run one after another on one worker.
-DOCKER_MODULES = {
-    "tests/e2e/test_docker_backend.py", "tests/e2e/test_swarm_backend.py",
-    "tests/e2e/test_compose.py", "tests/test_board_image.py", "tests/deploy/test_deploy_files.py",
-}  # fmt: skip
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` spreads the suite over workers (pytest-xdist, `--dist loadgroup`): a
-    module's tests stay on one worker, where its module fixtures (a server, a browser) are
-    made once, and the Docker daemon's tests share one worker."""
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("docker" if module in DOCKER_MODULES else module))
+# pytest-xdist's workers (`make test` runs the suite on several) export COLUMNS and LINES for
+# their own output; the commands the tests start must see the environment a script has.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)

@@ -1,5 +1,6 @@
-"""Leader election among replicas on a real PostgreSQL (replica.py, leader_lock.py), with a
-recording stand-in for the leader's duties; tests/e2e/test_replicas.py runs real servers."""
+"""Leader election among replicas on a real PostgreSQL (serve/replica.py,
+core/leader_lock.py), with a recording stand-in for the leader's duties;
+tests/e2e/test_replicas.py runs real servers."""
 
 from __future__ import annotations
 

@@ -18,13 +18,13 @@ import tempfile
 from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.ui import sign_in
 
 from tbhub.core.models import Role
 from tbhub.domain.projects import set_membership
 from tbhub.storage.sample_logs import write_run
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
-from tests.e2e.harness import TbhubServer, wait_until
-from tests.e2e.ui import sign_in
 
 HERE = Path(__file__).resolve().parent
 # What a job records about itself (`tbhub run` fills these in from git and the machine).
@@ -61,8 +61,8 @@ def main() -> None:
             write_run(Path(made["logdir"]), run_index=index * 4, steps=2000, tags=1)
             if ended:
                 metrics = {"accuracy": round(0.71 + index / 50, 3)}
-                api.patch(f"/api/v1/projects/vision/runs/{made['id']}",
-                          json={"status": ended, "metrics": metrics}).raise_for_status()  # fmt: skip
+                url = f"/api/v1/projects/vision/runs/{made['id']}"
+                api.patch(url, json={"status": ended, "metrics": metrics}).raise_for_status()
 
         def measured() -> bool:
             runs = api.get("/api/v1/projects/vision/runs").json()["runs"]
@@ -75,8 +75,10 @@ def main() -> None:
                 page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
                 sign_in(page, server.base_url, "alice", "alice-password",
                         next_path="/projects/vision")  # fmt: skip
-                for name, path, curves in (("project", "", len(RUNS)),
-                                           ("run", f"/runs/{ids['resnet-50']}", 1)):
+                for name, path, curves in (
+                    ("project", "", len(RUNS)),
+                    ("run", f"/runs/{ids['resnet-50']}", 1),
+                ):
                     page.goto(f"{server.base_url}/projects/vision{path}")
                     images = page.get_by_role("img")
                     expect(images).to_have_count(curves)

@@ -1,4 +1,5 @@
-"""The roles matrix (README "Roles"), checked for every caller kind against every action."""
+"""The roles matrix (docs/permissions.md shows it), checked for every caller kind against
+every action."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def test_polling_watcher_discovers_a_run_within_one_interval(
         runs = api.get("/api/v1/projects/vision/runs").json()["runs"]
         return [run["path"] for run in runs]
 
-    # The bound (README: the poll interval + 1 s) holds right after start-up, while the
+    # The bound (docs: the poll interval + 1 s) holds right after start-up, while the
     # watcher's first full scan may still be walking, and again once it is done.
     for path in ("nfs/run-1", "nfs/run-2"):
         written = time.monotonic()

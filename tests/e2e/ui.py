@@ -2,9 +2,9 @@
 with axe-core, and save a screenshot of it as a test artifact.
 
 Screenshots land in `test-artifacts/screenshots/` (TBHUB_TEST_ARTIFACTS overrides the
-folder); the README shows the key ones, copied to docs/screenshots/, except the project and
+folder); the docs show the key ones, copied to docs/screenshots/, except the project and
 run pages: the tests' hold names and notes with markup, so docs/screenshots/project_page.py
-takes the README's from a demo instance with clean ones."""
+takes the docs' from a demo instance with clean ones."""
 
 from __future__ import annotations
 

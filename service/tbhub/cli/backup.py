@@ -67,7 +67,7 @@ def list_command(as_json: bool = JsonOption) -> None:
 
 
 def last_run_line(run: dict[str, Any] | None) -> str:
-    """How the last backup run ended, as `backup list` (and the README) promise."""
+    """How the last backup run ended, as `backup list` (and the backup docs) promise."""
     if run is None:
         return "last run: none yet; take one with `tbhub admin backup run`"
     when = f"to {run['target']}, finished {run['finished_at']} by {run['actor']}"

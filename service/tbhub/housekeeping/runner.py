@@ -20,7 +20,7 @@ from tbhub.core.models import BackupRun
 from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup, retention, trash
 
-log = logging.getLogger("tbhub.housekeeping")
+log = logging.getLogger("tbhub.jobs")
 ACTOR = "scheduler"
 PURGE_EVERY = 3600.0
 

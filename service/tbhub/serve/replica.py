@@ -28,7 +28,7 @@ from tbhub.core.leader_lock import DEAD_PEER_SECONDS, LeaderLock, ReplicaRow, no
 from tbhub.domain.boards import AccessTracker, BoardRef, flush_access
 from tbhub.supervisor.metrics import SupervisorMetrics
 
-log = logging.getLogger("tbhub.serve.replica")
+log = logging.getLogger("tbhub.replica")
 
 HEARTBEAT = 1.0
 # The supervisor acts only while the lock was proved held this recently. PostgreSQL drops a

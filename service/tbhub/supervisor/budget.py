@@ -29,7 +29,7 @@ def refuse(want: Desired, instances: list[Instance], result: Plan) -> None:
     result.observed[want.project] = Observed("failed", error=error)
 
 
-# The setting an operator raises when the budget is too small (README: settings).
+# The setting an operator raises when the budget is too small (docs/configuration.md).
 BUDGET_SETTING = "TBHUB_BOARD_MEMORY_BUDGET"
 
 

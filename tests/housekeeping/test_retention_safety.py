@@ -21,7 +21,7 @@ from tbhub.core.settings import Settings
 from tbhub.housekeeping import archive, retention, trash
 from tbhub.housekeeping.config import trash_root
 from tbhub.storage.fsops import remove_tree
-from tests.jobs.conftest import MakeRun, tree_digest
+from tests.housekeeping.conftest import MakeRun, tree_digest
 
 
 @pytest.fixture

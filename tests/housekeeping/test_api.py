@@ -14,8 +14,8 @@ from tbhub.core.db import transaction
 from tbhub.core.models import AuditEvent, BackupRun
 from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
-from tests.jobs.conftest import EVENTS, fill_storage
-from tests.jobs.test_backup import closed_port
+from tests.housekeeping.conftest import EVENTS, fill_storage
+from tests.housekeeping.test_backup import closed_port
 from tests.test_api import seed, sign_in
 from tests.times import assert_one_format
 

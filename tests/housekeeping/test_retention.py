@@ -20,7 +20,7 @@ from tbhub.housekeeping import retention, trash
 from tbhub.housekeeping.config import trash_root
 from tbhub.housekeeping.manifest import parse_lines
 from tbhub.storage.scan import scan_project
-from tests.jobs.conftest import EVENTS, MakeRun, tree_digest
+from tests.housekeeping.conftest import EVENTS, MakeRun, tree_digest
 
 
 def audit_events(factory: sessionmaker[Session], action: str) -> list[AuditEvent]:

@@ -23,7 +23,7 @@ from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
 from tbhub.housekeeping.snapshots import classify, parse_name, snapshot_name
 from tbhub.housekeeping.targets import Target, TargetUnreachable
-from tests.jobs.conftest import fill_storage, tree_digest
+from tests.housekeeping.conftest import fill_storage, tree_digest
 
 runner = CliRunner()
 

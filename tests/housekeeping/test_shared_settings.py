@@ -18,7 +18,7 @@ from tbhub.core.models import BackupRun
 from tbhub.core.settings import Settings
 from tbhub.serve.shared_settings import record
 from tests.conftest import TEST_SECRET
-from tests.jobs.conftest import fill_storage
+from tests.housekeeping.conftest import fill_storage
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""The scan's worker processes end with the process that made them (jobs/scan.py)."""
+"""The scan's worker processes end with the process that made them (storage/scan.py)."""
 
 from __future__ import annotations
 

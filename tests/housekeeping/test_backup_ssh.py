@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
-from tests.jobs.conftest import fill_storage, tree_digest
-from tests.jobs.test_backup import age_by_a_day
+from tests.housekeeping.conftest import fill_storage, tree_digest
+from tests.housekeeping.test_backup import age_by_a_day
 
 SSHD = "/usr/sbin/sshd"
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tbhub.cli.main import app
 from tbhub.core.settings import Settings
-from tests.jobs.conftest import MakeRun
+from tests.housekeeping.conftest import MakeRun
 from tests.times import assert_one_format
 
 runner = CliRunner()

@@ -14,7 +14,7 @@ from tbhub.cli.main import app
 from tbhub.core.models import Membership, Project, ShareLink, TrashEntry
 from tbhub.core.settings import Settings
 from tbhub.housekeeping import trash
-from tests.jobs.conftest import MakeRun, tree_digest
+from tests.housekeeping.conftest import MakeRun, tree_digest
 from tests.test_api import seed, sign_in
 
 

@@ -15,7 +15,7 @@ from tbhub.domain.run_sink import DatabaseRunSink
 from tbhub.domain.watcher import StorageWatcher
 from tbhub.housekeeping import retention, trash
 from tbhub.housekeeping.runner import JobRunner, start_jobs
-from tests.jobs.conftest import MakeRun, fill_storage
+from tests.housekeeping.conftest import MakeRun, fill_storage
 
 
 def backup_states(factory: sessionmaker[Session]) -> list[str]:
