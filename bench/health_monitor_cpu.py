@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _harness import arguments, emit_report, median, temp_dir
+from _processes import temp_dir
+from _reports import arguments, emit_report, median
 from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.core.models import Incident, Run
 from tbhub.core.settings import Settings, prepare_runtime

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _harness import arguments, emit_report, median
+from _reports import arguments, emit_report, median
 from tbhub.storage.event_reader import read_scalars
 
 TAGS = ("train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
