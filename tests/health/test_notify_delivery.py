@@ -6,6 +6,7 @@ storm folded into one digest."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -357,3 +358,25 @@ def test_a_delivery_interrupted_mid_send_is_sent_again_by_the_next_worker(
         worker.stop()
     assert signature_ok(SECRET, request)
     assert [(row.state, row.attempts) for row in deliveries(factory)] == [("sent", 2)]
+
+
+def test_a_slow_receiver_holds_up_only_its_own_messages(
+    factory: sessionmaker[Session], project: int, notify: Settings, receiver: WebhookReceiver
+) -> None:
+    with WebhookReceiver() as slow:
+        slow.answer.delay = 4.0
+        add_channel(factory, project, kind="webhook", name="slow", url=slow.url(), secret=SECRET)
+        add_channel(factory, project, kind="webhook", name="fast", url=receiver.url(),
+                    secret=SECRET)  # fmt: skip
+        worker = DeliveryWorker(notify, factory).start()
+        try:
+            started = time.monotonic()
+            raise_incident(factory, project)
+            receiver.wait_for(1)
+            fast = time.monotonic() - started
+            slow.wait_for(1)
+            assert not {row.state for row in deliveries(factory)} <= {"sent"}  # slow: in flight
+        finally:
+            worker.stop()  # waits for the send in flight
+    assert fast < 2.0
+    assert [row.state for row in deliveries(factory)] == ["sent", "sent"]
