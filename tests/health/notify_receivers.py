@@ -17,10 +17,21 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+T = TypeVar("T")
+
+
+def wait_for_items(items: list[T], count: int, timeout: float, what: str) -> list[T]:
+    """`items` once a receiver thread has put at least `count` in it."""
+    deadline = time.monotonic() + timeout
+    while len(items) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(items) >= count, f"got {len(items)} {what}, not {count}"
+    return items
 
 
 @dataclass
@@ -83,11 +94,7 @@ class WebhookReceiver:
         self.server.server_close()
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.received) >= count, f"got {len(self.received)} requests, not {count}"
-        return self.received
+        return wait_for_items(self.received, count, timeout, "requests")
 
 
 def signature_ok(secret: str, request: Received, *, max_age: float = 300) -> bool:
@@ -126,11 +133,7 @@ class Mailbox:
         return "250 OK"
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Message]:
-        deadline = time.monotonic() + timeout
-        while len(self.messages) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.messages) >= count, f"got {len(self.messages)} emails, not {count}"
-        return self.messages
+        return wait_for_items(self.messages, count, timeout, "emails")
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path, Path]:
