@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from tbhub.cli.main import app as cli_app
 from tbhub.core.db import transaction
-from tbhub.core.models import Run, RunEvent
+from tbhub.core.models import Delivery, NotificationChannel, Project, Run, RunEvent
 from tbhub.core.settings import Settings
 from tbhub.health.monitor import HealthMonitor
 from tbhub.serve.duties import start_monitor
@@ -272,3 +272,23 @@ def test_the_leaders_monitor_shows_on_metrics_and_can_be_turned_off(
         monitor.stop()
     off = settings.model_copy(update={"health_monitor": False})
     assert start_monitor(off, context) is None
+
+
+def test_a_new_incident_is_queued_for_the_projects_channels_and_a_repeat_is_not(
+    team: Team, watching: HealthMonitor, factory: sessionmaker[Session]
+) -> None:
+    with transaction(factory) as session:
+        vision = session.scalar(select(Project.id).where(Project.name == "vision"))
+        hook = "https://hooks.example/ops"
+        session.add(NotificationChannel(project_id=vision, name="ops", kind="webhook", url=hook,
+                                        created_by="alice"))  # fmt: skip
+    run = register(team, "broken")
+    finish(team, run["id"], "failed")
+    drain(watching)
+    finish(team, run["id"], "running")  # resumed: the crash is resolved ...
+    finish(team, run["id"], "failed")  # ... and a new one raised
+    drain(watching)
+    with factory() as session:
+        queued = [(d.incident_id, d.payload["detector"]) for d in session.scalars(select(Delivery))]
+    crashes = [i.id for i in incidents_of(factory) if i.detector == "crashed"]
+    assert len(crashes) == 2 and queued == [(i, "crashed") for i in crashes]
