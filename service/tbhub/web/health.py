@@ -18,6 +18,7 @@ from tbhub.core.errors import NotFound
 from tbhub.core.models import Incident, Role
 from tbhub.domain.runs import get_run
 from tbhub.health import incidents
+from tbhub.health.rules import DETECTORS
 from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.web.render import WebUser, caller_of, check_form_token, done
 
@@ -35,6 +36,8 @@ LABELS = {
     "finished": "finished",
 }
 SEVERITY_ORDER = ("error", "warning", "info")
+# The incident kinds a form ticks (a channel's, an email preference's): bounded like the API's.
+KindsField = Annotated[list[Annotated[str, Form(max_length=16)]], Form(max_length=len(DETECTORS))]
 
 
 @dataclass(frozen=True)
