@@ -183,19 +183,22 @@ def test_a_slack_format_webhook_gets_text_and_blocks(
     factory: sessionmaker[Session], project: int, notify: Settings, receiver: WebhookReceiver
 ) -> None:
     add_channel(factory, project, kind="slack", url=receiver.url("/services/T0/B0/xyz"))
-    raise_incident(factory, project, run="exp/<b>run</b>")
+    raise_incident(factory, project, run="exp/<!channel>@here")
     DeliveryWorker(notify, factory, clock=Clock()).run_once()
     (request,) = receiver.wait_for(1)
     assert request.path == "/services/T0/B0/xyz"
-    body = json.loads(request.body)
-    assert "non-finite value in exp/<b>run</b> train/loss" in body["text"]
-    assert "train/loss is NaN at step 120" in body["text"]
-    assert body["blocks"][0]["type"] == "section"
-    # Slack's mrkdwn: the link is <url|label>, and <, > and & in names are escaped.
-    link = body["blocks"][1]["text"]["text"]
-    assert link.startswith(f"<{notify.public_url}/boards/vision/")
-    assert "|non-finite value in exp/&lt;b&gt;run&lt;/b&gt; train/loss>" in link
     assert "X-Tbhub-Signature" not in request.headers
+    body = json.loads(request.body)
+    # A run's name can neither format nor mention: <, > and & escaped, @ defused.
+    shown = "exp/&lt;!channel&gt;@\u200bhere"
+    assert f"non-finite value in {shown} train/loss" in body["text"]
+    assert "train/loss is NaN at step 120" in body["text"]
+    assert "<!channel>" not in request.body.decode() and "@here" not in body["text"]
+    assert body["blocks"][0]["type"] == "section"
+    link = body["blocks"][1]["text"]["text"]  # mrkdwn's <url|label>, & in the URL escaped
+    assert link.startswith(f"<{notify.public_url}/boards/vision/?runFilter=")
+    assert "&amp;tagFilter=" in link
+    assert f"|non-finite value in {shown} train/loss>" in link
 
 
 @pytest.fixture(scope="module")
