@@ -85,6 +85,7 @@ class HealthMonitor:
     factory: sessionmaker[Session]
     scalars: ScalarCache
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    runs_every: float = RUNS_EVERY  # seconds between two looks at the runs table
     stats: MonitorStats = field(default_factory=MonitorStats)
 
     def __post_init__(self) -> None:
@@ -189,7 +190,7 @@ class HealthMonitor:
         found = self._detect()
         now = self.clock()
         raised = 0
-        look_at_runs = time.monotonic() - self._runs_checked >= RUNS_EVERY
+        look_at_runs = time.monotonic() - self._runs_checked >= self.runs_every
         if found or look_at_runs:  # most passes find nothing: no transaction for them
             with transaction(self.factory) as session:
                 raised += self._record(session, found, now)
