@@ -16,6 +16,7 @@ rule's minutes is `stalled`, resolved when data comes again or the run ends.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -27,6 +28,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
+from tbhub.core.errors import TbhubError
 from tbhub.core.models import (
     AlertRule,
     Incident,
@@ -41,6 +43,7 @@ from tbhub.health import incidents
 from tbhub.health.detectors import Detection, RunDetectors
 from tbhub.health.rules import RuleSet, effective_rules
 from tbhub.storage.event_reader import Reading
+from tbhub.storage.paths import open_project
 from tbhub.storage.scalars import ScalarCache
 
 log = logging.getLogger("tbhub.health")
@@ -50,6 +53,7 @@ RUNS_EVERY = 5.0  # seconds between two looks at the runs table (status changes,
 SEED_HOURS = 1.0  # at start: runs that wrote within this long are read
 STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
 EVENTS_PER_PASS = 1000
+IN_BATCH = 500  # paths per IN (...) query
 LATE = timedelta(minutes=1)  # how late a status change may become visible and still count
 CRASHED = {
     RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
@@ -173,20 +177,7 @@ class HealthMonitor:
             files, self._files = self._files, set()
         if files:
             self._resolve(files)
-        budget = self.settings.health_pass_bytes
-        with self._lock:
-            keys = list(self._pending)
-        for key in keys:
-            if budget <= 0:
-                break
-            rules = self._rules_for_key(key)
-            histograms = rules is not None and rules.on("nan") and rules["nan"].histograms
-            reading = self.scalars.refresh(*key, budget=budget, histograms=histograms)
-            budget -= reading.bytes_read
-            self.stats.bytes_read += reading.bytes_read
-            if not reading.behind:
-                with self._lock:
-                    self._pending.pop(key, None)
+        self._read_pending()
         found = self._detect()
         now = self.clock()
         raised = 0
@@ -203,40 +194,79 @@ class HealthMonitor:
         self.stats.incidents += raised
         return raised
 
+    def _read_pending(self) -> None:
+        """Read the runs that changed, oldest news first, within the pass's byte budget; each
+        project's directory is opened (and checked, storage/paths.py) once for all its runs."""
+        budget = self.settings.health_pass_bytes
+        with self._lock:
+            keys = list(self._pending)
+        by_project: dict[str, list[str]] = {}
+        for project, run_path in keys:
+            by_project.setdefault(project, []).append(run_path)
+        for project, run_paths in by_project.items():
+            if budget <= 0:
+                return
+            try:
+                project_fd = open_project(self.settings.storage, project)
+            except (OSError, TbhubError):  # gone, or no longer a project directory to read
+                with self._lock:
+                    for run_path in run_paths:
+                        self._pending.pop((project, run_path), None)
+                continue
+            try:
+                for run_path in run_paths:
+                    if budget <= 0:
+                        return
+                    budget -= self._read_run((project, run_path), budget, project_fd)
+            finally:
+                os.close(project_fd)
+
+    def _read_run(self, key: tuple[str, str], budget: int, project_fd: int) -> int:
+        rules = self._rules_for_key(key)
+        histograms = rules is not None and rules.on("nan") and rules["nan"].histograms
+        reading = self.scalars.refresh(*key, budget=budget, histograms=histograms,
+                                       project_fd=project_fd)  # fmt: skip
+        self.stats.bytes_read += reading.bytes_read
+        if not reading.behind:
+            with self._lock:
+                self._pending.pop(key, None)
+        return reading.bytes_read
+
     def check_runs_now(self) -> None:
         """Look at the runs table on the next pass (tests, and a status change the API made)."""
         self._runs_checked = 0.0
         self._wake.set()
 
     def _resolve(self, files: set[tuple[str, str]]) -> None:
-        """The runs the changed files belong to: the outermost run at or above each file."""
-        by_project: dict[str, set[str]] = {}
+        """The runs the changed files belong to: the outermost run at or above each file.
+        Runs already followed are known; the runs table is asked about the others only."""
+        found: set[tuple[str, str]] = set()
+        unknown: dict[str, dict[str, list[str]]] = {}  # project -> file -> its ancestors
         for project, path in files:
             parts = path.split("/")[:-1]
-            by_project.setdefault(project, set()).update(
-                "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)
-            )
-        found: list[tuple[str, str]] = []
-        with self.factory() as session:
-            for project, candidates in by_project.items():
-                query = (
-                    select(Run.path)
-                    .join(Project, Project.id == Run.project_id)
-                    .where(Project.name == project, Run.path.in_(sorted(candidates)[:500]))
-                )
-                paths = set(session.scalars(query))
-                for _, path in (f for f in files if f[0] == project):
-                    parts = path.split("/")[:-1]
-                    owner = next(
-                        (
-                            p
-                            for d in range(1, len(parts) + 1)
-                            if (p := "/".join(parts[:d])) in paths
-                        ),
-                        None,
-                    )
-                    if owner is not None:
-                        found.append((project, owner))
+            ancestors = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+            known = next((a for a in ancestors if (project, a) in self._watched), None)
+            if known is not None:
+                found.add((project, known))
+            else:
+                unknown.setdefault(project, {})[path] = ancestors
+        if unknown:
+            with self.factory() as session:
+                for project, by_file in unknown.items():
+                    candidates = sorted({a for ancestors in by_file.values() for a in ancestors})
+                    paths: set[str] = set()
+                    for first in range(0, len(candidates), IN_BATCH):
+                        query = (
+                            select(Run.path)
+                            .join(Project, Project.id == Run.project_id)
+                            .where(Project.name == project)
+                            .where(Run.path.in_(candidates[first : first + IN_BATCH]))
+                        )
+                        paths.update(session.scalars(query))
+                    for ancestors in by_file.values():
+                        owner = next((a for a in ancestors if a in paths), None)
+                        if owner is not None:
+                            found.add((project, owner))
         with self._lock:
             self._pending.update((key, None) for key in found)
 
