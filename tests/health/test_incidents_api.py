@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -76,6 +77,7 @@ def test_a_failed_run_is_crashed_a_killed_one_too_and_a_finished_one_a_resolved_
     assert (notice["run_path"], notice["open"], notice["severity"]) == (done["path"], False,
                                                                         "info")  # fmt: skip
     assert notice["board_url"].startswith("/boards/vision/?runFilter=")
+    assert parse_qs(urlsplit(notice["board_url"]).query)["runFilter"] == [f"^{done['path']}(/|$)"]
     assert drain(watching) == 0  # seen once, raised once
 
 
@@ -232,6 +234,7 @@ def test_incidents_show_on_metrics(team: Team, watching: HealthMonitor,
     text = team.client.get("/metrics").text
     assert 'tbhub_incidents_open{project="vision",detector="crashed"} 1' in text
     assert 'tbhub_incidents{detector="crashed"} 1' in text
+    assert 'tbhub_notify_deliveries{state="pending"} 0' in text
 
 
 def test_a_status_change_that_becomes_visible_late_still_counts(
