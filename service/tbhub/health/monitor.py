@@ -8,9 +8,8 @@ at most `health_pass_bytes` per pass; a run left behind goes on next pass. There
 rescan: at start only the runs that are running or wrote lately are read, from the start of
 their files (detectors need the recent past; incidents already recorded are not repeated).
 
-Each pass also looks at the runs table: a run whose status became failed or killed is
-`crashed`, finished is `finished` (a notification); a running run with no new data for the
-rule's minutes is `stalled`, resolved when data comes again or the run ends.
+Every `runs_every` seconds a pass also looks at the runs table (health/run_table.py):
+crashed, finished and stalled runs.
 """
 
 from __future__ import annotations
@@ -24,24 +23,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
 from tbhub.core.errors import TbhubError
 from tbhub.core.models import (
-    AlertRule,
-    Incident,
     Project,
     RetentionState,
     Run,
-    RunEvent,
     RunStatus,
 )
 from tbhub.core.settings import Settings
 from tbhub.health import incidents
 from tbhub.health.detectors import Detection, RunDetectors
 from tbhub.health.rules import RuleSet, effective_rules
+from tbhub.health.run_table import RunTable
 from tbhub.storage.event_reader import Reading
 from tbhub.storage.paths import open_project
 from tbhub.storage.scalars import ScalarCache
@@ -51,15 +48,7 @@ log = logging.getLogger("tbhub.health")
 RULES_SECONDS = 10.0  # an owner's change to the rules applies within this
 RUNS_EVERY = 5.0  # seconds between two looks at the runs table (status changes, stalls)
 SEED_HOURS = 1.0  # at start: runs that wrote within this long are read
-STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
-EVENTS_PER_PASS = 1000
 IN_BATCH = 500  # paths per IN (...) query
-LATE = timedelta(minutes=1)  # how late a status change may become visible and still count
-CRASHED = {
-    RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
-    RunStatus.killed.value: "was killed (a signal or an interrupt)",
-}
-ENDED = (RunStatus.finished.value, RunStatus.failed.value, RunStatus.killed.value)
 
 
 @dataclass
@@ -98,8 +87,7 @@ class HealthMonitor:
         self._readings: deque[tuple[str, str, Reading]] = deque()
         self._watched: OrderedDict[tuple[str, str], _Watched] = OrderedDict()
         self._rules: dict[int, _Rules] = {}
-        self._cursor: int | None = None  # the newest run event looked at
-        self._seen_events: dict[int, datetime] = {}  # run events of the last LATE, by id
+        self._run_table = RunTable(self.settings, self.rules)
         self._runs_checked = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -187,8 +175,7 @@ class HealthMonitor:
                 raised += self._record(session, found, now)
                 if look_at_runs:
                     self._runs_checked = time.monotonic()
-                    raised += self._status_changes(session, now)
-                    raised += self._stalls(session, now)
+                    raised += self._run_table.look(session, now)
         self.stats.passes += 1
         self.stats.pass_seconds += time.monotonic() - started
         self.stats.incidents += raised
@@ -342,121 +329,6 @@ class HealthMonitor:
                 new = incidents.record_all(session, run=run, detections=detections, now=now)
                 raised += len(new)
         return raised
-
-    # -- the runs table ---------------------------------------------------------------------
-
-    def _status_changes(self, session: Session, now: datetime) -> int:
-        """crashed and finished, from the runs' status history (domain/runs.note_event).
-
-        Ids are handed out before commit, so on PostgreSQL a lower id can become visible
-        after a higher one: the last `LATE` of history is looked at again, by id, once."""
-        if self._cursor is None:
-            before = now - STATUS_LOOKBACK
-            self._cursor = (
-                session.scalar(select(func.max(RunEvent.id)).where(RunEvent.at < before)) or 0
-            )
-        recent = now - LATE
-        status = select(RunEvent).where(RunEvent.kind == "status").order_by(RunEvent.id)
-        late = status.where(RunEvent.id <= self._cursor, RunEvent.at >= recent)
-        newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
-        raised = 0
-        for event in [*session.scalars(late), *session.scalars(newer)]:
-            if event.id in self._seen_events:
-                continue
-            self._seen_events[event.id] = event.at
-            self._cursor = max(self._cursor, event.id)
-            run = session.get(Run, event.run_id)
-            if run is not None:
-                raised += self._status_change(session, run, event, now)
-        self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
-        return raised
-
-    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
-        rules = self.rules(run.project_id, session)
-        if event.value == RunStatus.running.value:
-            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
-            return 0
-        if event.value not in ENDED:
-            return 0
-        incidents.resolve_open(
-            session, run_id=run.id, detectors=(*incidents.CURVE_DETECTORS, "stalled"), now=now
-        )
-        detector = "finished" if event.value == RunStatus.finished.value else "crashed"
-        if not rules.on(detector):
-            return 0
-        latest = session.scalar(
-            select(Incident)
-            .where(Incident.run_id == run.id, Incident.detector == detector)
-            .order_by(Incident.id.desc())
-            .limit(1)
-        )
-        if latest is not None and latest.last_seen >= event.at:
-            return 0  # recorded before a restart of the monitor
-        message = (
-            f"{run.path} finished"
-            if detector == "finished"
-            else f"{run.path} {CRASHED[event.value]}"
-        )
-        detection = Detection(detector, None, None, event.at.timestamp(), None, message)
-        incident = incidents.record(
-            session, run=run, detection=detection, now=now, resolved=detector == "finished"
-        )
-        if incident is not None and event.value == RunStatus.killed.value:
-            incident.severity = "warning"
-        return int(incident is not None)
-
-    def _stalls(self, session: Session, now: datetime) -> int:
-        """Open a `stalled` incident on each running run quiet for its rule's minutes, and
-        resolve the ones whose run wrote again or ended."""
-        default = self.settings.run_stalled_minutes
-        custom = session.scalar(
-            select(func.min(AlertRule.threshold)).where(AlertRule.detector == "stalled")
-        )
-        least = min(default, custom) if custom is not None else default
-        last = func.coalesce(Run.last_write, Run.created_at)
-        query = select(Run).where(
-            Run.status == RunStatus.running,
-            Run.retention_state == RetentionState.present,
-            last < now - timedelta(minutes=least),
-        )
-        quiet = {run.id: run for run in session.scalars(query)}
-        open_stalls = list(
-            session.scalars(
-                select(Incident).where(
-                    Incident.detector == "stalled", Incident.resolved_at.is_(None)
-                )
-            )
-        )
-        for incident in open_stalls:
-            run = quiet.get(incident.run_id) if incident.run_id is not None else None
-            if run is None or not self._is_stalled(session, run, now):
-                incident.resolved_at, incident.resolved_by = now, incidents.MONITOR
-        stalled_now = {i.run_id for i in open_stalls if i.resolved_at is None}
-        raised = 0
-        for run in quiet.values():
-            if run.id in stalled_now or not self._is_stalled(session, run, now):
-                continue
-            rules = self.rules(run.project_id, session)
-            since = run.last_write or run.created_at
-            minutes = (now - since).total_seconds() / 60
-            detection = Detection(
-                "stalled",
-                None,
-                None,
-                since.timestamp(),
-                None,
-                f"{run.path} is running but wrote nothing for "
-                f"{minutes:.0f} minutes (rule: {rules['stalled'].threshold:g})",
-            )
-            raised += incidents.record(session, run=run, detection=detection, now=now) is not None
-        return raised
-
-    def _is_stalled(self, session: Session, run: Run, now: datetime) -> bool:
-        rule = self.rules(run.project_id, session)["stalled"]
-        if not rule.enabled or rule.threshold is None:
-            return False
-        since = run.last_write or run.created_at
-        return now - since > timedelta(minutes=rule.threshold)
 
     # -- /metrics ---------------------------------------------------------------------------
 
