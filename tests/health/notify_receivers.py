@@ -188,12 +188,13 @@ def make_certificate(directory: Path) -> tuple[Path, Path, Path]:
 
 
 class SmtpServer:
-    """aiosmtpd on 127.0.0.1. With `certificates`: STARTTLS required, and a login
-    (`user`/`password`) required over it. Without: plain SMTP with no STARTTLS at all."""
+    """aiosmtpd on 127.0.0.1. With `certificates`: STARTTLS required (or, `implicit_tls`,
+    TLS from the first byte), and a login (`user`/`password`) required over it. Without:
+    plain SMTP with no STARTTLS at all."""
 
     def __init__(
         self, certificates: tuple[Path, Path, Path] | None = None, *,
-        user: str = "mailer", password: str = "correct horse battery",
+        user: str = "mailer", password: str = "correct horse battery", implicit_tls: bool = False,
     ) -> None:  # fmt: skip
         import ssl
 
@@ -204,8 +205,11 @@ class SmtpServer:
         if certificates is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(str(certificates[1]), str(certificates[2]))
-            kwargs = {"tls_context": context, "require_starttls": True,
-                      "authenticator": self._authenticate, "auth_required": True}  # fmt: skip
+            kwargs = {"authenticator": self._authenticate, "auth_required": True}
+            if implicit_tls:  # aiosmtpd counts only STARTTLS as TLS for AUTH: say it is
+                kwargs.update(ssl_context=context, auth_require_tls=False)
+            else:
+                kwargs.update(tls_context=context, require_starttls=True)
         self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.port, **kwargs)
 
     def _authenticate(

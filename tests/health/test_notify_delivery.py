@@ -42,8 +42,12 @@ from tests.health.notify_receivers import (
     signature_ok,
 )
 
-# aiosmtpd itself sets the deprecated Session.login_data on each successful login.
-pytestmark = pytest.mark.filterwarnings("ignore:Session.login_data is deprecated")
+# aiosmtpd itself sets the deprecated Session.login_data on each successful login, and
+# warns about AUTH without STARTTLS even where TLS is on from the first byte.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Session.login_data is deprecated"),
+    pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
+]
 SECRET = "s3cret-for-the-receiver-only"
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -237,6 +241,21 @@ def test_email_goes_over_starttls_with_a_login(
     assert mail["Subject"] == "[tbhub] vision: non-finite value in exp/run-1 train/loss"
     body = mail.get_payload(decode=True).decode()  # type: ignore[union-attr]
     assert "train/loss is NaN at step 120" in body and "/boards/vision/" in body
+    assert [row.state for row in deliveries(factory)] == ["sent"]
+
+
+def test_email_goes_over_tls_from_the_first_byte(
+    factory: sessionmaker[Session], project: int, notify: Settings,
+    certificates: tuple[Path, Path, Path],
+) -> None:  # fmt: skip
+    add_channel(factory, project, kind="email", recipients=["ops@example.org"])
+    raise_incident(factory, project)
+    with SmtpServer(certificates, implicit_tls=True) as server:
+        settings = with_smtp(notify, server, certificates[0], notify_smtp_security="tls")
+        DeliveryWorker(settings, factory, clock=Clock()).run_once()
+        server.mailbox.wait_for(1)
+    assert server.mailbox.logins == ["mailer"]
+    assert server.mailbox.envelopes == [("tbhub@example.org", ["ops@example.org"])]
     assert [row.state for row in deliveries(factory)] == ["sent"]
 
 
