@@ -59,9 +59,11 @@ HEALTHY = Badge("ok", "healthy", 0)
 
 
 def _concern(incident: tuple[str, str]) -> tuple[int, int]:
+    """Worst first: by severity, then by the detectors' order in LABELS (unknown ones last)."""
     detector, severity = incident
-    order = list(LABELS)
-    return SEVERITY_ORDER.index(severity), order.index(detector) if detector in order else 99
+    last = len(LABELS)
+    severity_rank = {s: i for i, s in enumerate(SEVERITY_ORDER)}.get(severity, last)
+    return severity_rank, {d: i for i, d in enumerate(LABELS)}.get(detector, last)
 
 
 def run_badges(session: Session, *, project_id: int, run_ids: list[int]) -> dict[int, Badge]:
