@@ -5,8 +5,10 @@ file: both read every scalar of the file, start to end, in this process.
 The file is written once by TensorBoard's own EventFileWriter (cached in the temp dir): `--values`
 scalars over 10 tags, as TF1 simple values (what torch's SummaryWriter writes) or, with
 `--format tensor`, as TF2 tensor summaries (what TensorBoard's and Keras' writers write).
-Each round reads it with both, in alternating order; the figure is the median of each side's
-seconds and the ratio TensorBoard / tbhub (above 1: tbhub is faster). Target: >= 1x.
+TensorBoard's loader runs as installed here, without TensorFlow: its own record reader, which
+checks both CRCs in Python, as tbhub's does. Each round reads the file with both, in
+alternating order; the figure is the median of each side's seconds and the ratio
+TensorBoard / tbhub (above 1: tbhub is faster). Target: >= 1x.
 
     .venv/bin/python bench/health_reader.py [--values 200000] [--format simple|tensor]
         [--runs 5] [--json]

@@ -17,10 +17,21 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+T = TypeVar("T")
+
+
+def wait_for_items(items: list[T], count: int, timeout: float, what: str) -> list[T]:
+    """`items` once a receiver thread has put at least `count` in it."""
+    deadline = time.monotonic() + timeout
+    while len(items) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(items) >= count, f"got {len(items)} {what}, not {count}"
+    return items
 
 
 @dataclass
@@ -83,11 +94,7 @@ class WebhookReceiver:
         self.server.server_close()
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.received) >= count, f"got {len(self.received)} requests, not {count}"
-        return self.received
+        return wait_for_items(self.received, count, timeout, "requests")
 
 
 def signature_ok(secret: str, request: Received, *, max_age: float = 300) -> bool:
@@ -126,11 +133,7 @@ class Mailbox:
         return "250 OK"
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Message]:
-        deadline = time.monotonic() + timeout
-        while len(self.messages) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(self.messages) >= count, f"got {len(self.messages)} emails, not {count}"
-        return self.messages
+        return wait_for_items(self.messages, count, timeout, "emails")
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path, Path]:
@@ -185,12 +188,13 @@ def make_certificate(directory: Path) -> tuple[Path, Path, Path]:
 
 
 class SmtpServer:
-    """aiosmtpd on 127.0.0.1. With `certificates`: STARTTLS required, and a login
-    (`user`/`password`) required over it. Without: plain SMTP with no STARTTLS at all."""
+    """aiosmtpd on 127.0.0.1. With `certificates`: STARTTLS required (or, `implicit_tls`,
+    TLS from the first byte), and a login (`user`/`password`) required over it. Without:
+    plain SMTP with no STARTTLS at all."""
 
     def __init__(
         self, certificates: tuple[Path, Path, Path] | None = None, *,
-        user: str = "mailer", password: str = "correct horse battery",
+        user: str = "mailer", password: str = "correct horse battery", implicit_tls: bool = False,
     ) -> None:  # fmt: skip
         import ssl
 
@@ -201,8 +205,11 @@ class SmtpServer:
         if certificates is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(str(certificates[1]), str(certificates[2]))
-            kwargs = {"tls_context": context, "require_starttls": True,
-                      "authenticator": self._authenticate, "auth_required": True}  # fmt: skip
+            kwargs = {"authenticator": self._authenticate, "auth_required": True}
+            if implicit_tls:  # aiosmtpd counts only STARTTLS as TLS for AUTH: say it is
+                kwargs.update(ssl_context=context, auth_require_tls=False)
+            else:
+                kwargs.update(tls_context=context, require_starttls=True)
         self.controller = Controller(self.mailbox, hostname="127.0.0.1", port=self.port, **kwargs)
 
     def _authenticate(

@@ -69,13 +69,13 @@ def test_a_run_whose_writer_stops_is_stalled(
     with factory() as session:
         project_id = session.scalar(select(Project.id).where(Project.name == "vision"))
     assert project_id is not None
-    with transaction(factory) as session:  # a project that calls a run stalled after 3 s
-        set_rule(session, project_id=project_id, detector="stalled", change={"threshold": 0.05},
+    with transaction(factory) as session:  # a project that calls a run stalled after 1.2 s
+        set_rule(session, project_id=project_id, detector="stalled", change={"threshold": 0.02},
                  actor="test")  # fmt: skip
     run = register_run(factory, storage_root=settings.storage, project="vision",
                        project_id=project_id, name="sleepy", group=None,
                        fields=RunFields(hparams={}, tags=[]), actor="test")  # fmt: skip
-    monitor = HealthMonitor(settings, factory, ScalarCache(settings.storage))
+    monitor = HealthMonitor(settings, factory, ScalarCache(settings.storage), runs_every=0.5)
     sink = DatabaseRunSink(factory)
     watcher = StorageWatcher(settings.storage, sink, mode="inotify", claims=sink.registered,
                              on_event_files=monitor.event_files)  # fmt: skip
@@ -84,14 +84,18 @@ def test_a_run_whose_writer_stops_is_stalled(
     spec = RunSpec("sleepy", "torch", "stall", steps=400, bad_step=40, seed=22)
     try:
         with LiveRun(project / run.path, spec, rate=40) as live:
-            live.wait_bad(120)  # the writer has stopped writing (its process lives on)
+            # Before the writer's first record the quiet run may be stalled already (and that
+            # incident resolved by the first write): only the stall after the last one counts.
+            stopped = live.wait_bad(120)  # the writer has stopped writing (its process lives on)
             deadline = time.time() + 60
             found = []
             while not found and time.time() < deadline:
-                found = [i for i in incidents_of(factory) if i.detector == "stalled"]
+                found = [i for i in incidents_of(factory)
+                         if i.detector == "stalled" and i.resolved_at is None]  # fmt: skip
                 time.sleep(0.2)
     finally:
         watcher.stop()
         monitor.stop()
     assert [(i.run_path, i.resolved_at) for i in found] == [(run.path, None)]
     assert "wrote nothing for" in found[0].message
+    assert found[0].first_seen.timestamp() >= stopped

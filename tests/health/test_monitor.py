@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
 
 from tbhub.core.settings import Settings
 from tbhub.health.monitor import HealthMonitor
 from tbhub.storage.scalars import ScalarCache
+from tbhub.storage.tfrecord import framed
 from tests.health.conftest import discover, drain, event_files, incidents_of
 from tests.health.writers import RunSpec, Written, write_runs
 
@@ -112,3 +115,21 @@ def test_the_default_rules_are_quiet_on_a_finite_loss_that_only_falls() -> None:
     detectors = RunDetectors(RuleSet(defaults(30.0)))
     points = [ScalarPoint("train/loss", s, 0.0, 2.0 * math.exp(-s / 50)) for s in range(500)]
     assert detectors.feed(points) == []
+
+
+def test_a_pass_reads_every_changed_run_of_many_once(
+    project: Path, settings: Settings, factory: sessionmaker[Session], monitor: HealthMonitor
+) -> None:
+    runs = 600  # more than one IN (...) query's worth of paths
+    for i in range(runs):
+        run = project / "sweep" / f"run-{i}"
+        run.mkdir(parents=True)
+        event = Event(step=1, summary=Summary(value=[Summary.Value(tag="loss", simple_value=i)]))
+        (run / "events.out.tfevents.1.host").write_bytes(framed(event.SerializeToString()))
+    discover(settings, factory)
+    monitor.event_files(event_files(settings.storage))
+    monitor.run_pass()
+    assert monitor.followed() == runs and monitor.behind() == 0
+    assert monitor.stats.bytes_read == sum(
+        f.stat().st_size for f in project.rglob("events.out.tfevents.*")
+    )

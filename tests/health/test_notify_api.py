@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from itertools import count
+from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import select
 
 from tbhub.core.db import transaction
@@ -16,7 +18,12 @@ from tbhub.core.models import AuditEvent
 from tbhub.health.notify.outbox import DeliveryWorker, enqueue
 from tests.api.conftest import Team
 from tests.api.test_roles import CALLERS
-from tests.health.notify_receivers import WebhookReceiver, signature_ok
+from tests.health.notify_receivers import (
+    SmtpServer,
+    WebhookReceiver,
+    make_certificate,
+    signature_ok,
+)
 
 # One row per action, one status per caller (tests/api/test_roles.py's CALLERS): members
 # read channels, owners change them (a token never has owner powers); anyone signed in
@@ -211,3 +218,27 @@ def test_names_are_unique_per_project_and_a_kind_never_changes(
     changed = crew.client.patch(f"{BASE}/channels/{channel}", headers=headers,
                                 json={"kind": "slack"})  # fmt: skip
     assert changed.status_code == 422
+
+
+# aiosmtpd itself sets the deprecated Session.login_data on each successful login.
+@pytest.mark.filterwarnings("ignore:Session.login_data is deprecated")
+def test_an_email_channel_sends_its_test_through_smtp(crew: Team, tmp_path: Path) -> None:
+    certificates = make_certificate(tmp_path)
+    context = crew.client.app.state.context  # type: ignore[attr-defined]
+    with SmtpServer(certificates) as server:
+        context.settings = context.settings.model_copy(update={
+            "notify_smtp_port": server.port, "notify_smtp_username": server.user,
+            "notify_smtp_password": SecretStr(server.password),
+            "notify_smtp_ca_file": certificates[0],
+        })  # fmt: skip
+        headers = crew.headers("alice")
+        made = crew.client.post(f"{BASE}/channels", headers=headers, json={
+            "kind": "email", "name": "ops", "recipients": ["ops@example.org"],
+        })  # fmt: skip
+        assert made.status_code == 201, made.text
+        tried = crew.client.post(f"{BASE}/channels/{made.json()['id']}/test", headers=headers)
+        assert tried.json() == {"delivered": True, "error": None}
+        (mail,) = server.mailbox.wait_for(1)
+    assert server.mailbox.envelopes == [("tbhub@localhost", ["ops@example.org"])]
+    assert mail["Subject"] == "[tbhub] vision: a test message"
+    assert "sent by alice: this channel works" in mail.get_payload()

@@ -6,6 +6,7 @@ storm folded into one digest."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,8 +42,12 @@ from tests.health.notify_receivers import (
     signature_ok,
 )
 
-# aiosmtpd itself sets the deprecated Session.login_data on each successful login.
-pytestmark = pytest.mark.filterwarnings("ignore:Session.login_data is deprecated")
+# aiosmtpd itself sets the deprecated Session.login_data on each successful login, and
+# warns about AUTH without STARTTLS even where TLS is on from the first byte.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Session.login_data is deprecated"),
+    pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
+]
 SECRET = "s3cret-for-the-receiver-only"
 T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -182,19 +187,22 @@ def test_a_slack_format_webhook_gets_text_and_blocks(
     factory: sessionmaker[Session], project: int, notify: Settings, receiver: WebhookReceiver
 ) -> None:
     add_channel(factory, project, kind="slack", url=receiver.url("/services/T0/B0/xyz"))
-    raise_incident(factory, project, run="exp/<b>run</b>")
+    raise_incident(factory, project, run="exp/<!channel>@here")
     DeliveryWorker(notify, factory, clock=Clock()).run_once()
     (request,) = receiver.wait_for(1)
     assert request.path == "/services/T0/B0/xyz"
-    body = json.loads(request.body)
-    assert "non-finite value in exp/<b>run</b> train/loss" in body["text"]
-    assert "train/loss is NaN at step 120" in body["text"]
-    assert body["blocks"][0]["type"] == "section"
-    # Slack's mrkdwn: the link is <url|label>, and <, > and & in names are escaped.
-    link = body["blocks"][1]["text"]["text"]
-    assert link.startswith(f"<{notify.public_url}/boards/vision/")
-    assert "|non-finite value in exp/&lt;b&gt;run&lt;/b&gt; train/loss>" in link
     assert "X-Tbhub-Signature" not in request.headers
+    body = json.loads(request.body)
+    # A run's name can neither format nor mention: <, > and & escaped, @ defused.
+    shown = "exp/&lt;!channel&gt;@\u200bhere"
+    assert f"non-finite value in {shown} train/loss" in body["text"]
+    assert "train/loss is NaN at step 120" in body["text"]
+    assert "<!channel>" not in request.body.decode() and "@here" not in body["text"]
+    assert body["blocks"][0]["type"] == "section"
+    link = body["blocks"][1]["text"]["text"]  # mrkdwn's <url|label>, & in the URL escaped
+    assert link.startswith(f"<{notify.public_url}/boards/vision/?runFilter=")
+    assert "&amp;tagFilter=" in link
+    assert f"|non-finite value in {shown} train/loss>" in link
 
 
 @pytest.fixture(scope="module")
@@ -233,6 +241,21 @@ def test_email_goes_over_starttls_with_a_login(
     assert mail["Subject"] == "[tbhub] vision: non-finite value in exp/run-1 train/loss"
     body = mail.get_payload(decode=True).decode()  # type: ignore[union-attr]
     assert "train/loss is NaN at step 120" in body and "/boards/vision/" in body
+    assert [row.state for row in deliveries(factory)] == ["sent"]
+
+
+def test_email_goes_over_tls_from_the_first_byte(
+    factory: sessionmaker[Session], project: int, notify: Settings,
+    certificates: tuple[Path, Path, Path],
+) -> None:  # fmt: skip
+    add_channel(factory, project, kind="email", recipients=["ops@example.org"])
+    raise_incident(factory, project)
+    with SmtpServer(certificates, implicit_tls=True) as server:
+        settings = with_smtp(notify, server, certificates[0], notify_smtp_security="tls")
+        DeliveryWorker(settings, factory, clock=Clock()).run_once()
+        server.mailbox.wait_for(1)
+    assert server.mailbox.logins == ["mailer"]
+    assert server.mailbox.envelopes == [("tbhub@example.org", ["ops@example.org"])]
     assert [row.state for row in deliveries(factory)] == ["sent"]
 
 
@@ -357,3 +380,26 @@ def test_a_delivery_interrupted_mid_send_is_sent_again_by_the_next_worker(
         worker.stop()
     assert signature_ok(SECRET, request)
     assert [(row.state, row.attempts) for row in deliveries(factory)] == [("sent", 2)]
+
+
+def test_a_slow_receiver_holds_up_only_its_own_messages(
+    factory: sessionmaker[Session], project: int, notify: Settings, receiver: WebhookReceiver
+) -> None:
+    with WebhookReceiver() as slow:
+        slow.answer.delay = 6.0
+        add_channel(factory, project, kind="webhook", name="slow", url=slow.url(), secret=SECRET)
+        add_channel(factory, project, kind="webhook", name="fast", url=receiver.url(),
+                    secret=SECRET)  # fmt: skip
+        patient = notify.model_copy(update={"notify_timeout": 10.0})
+        worker = DeliveryWorker(patient, factory).start()
+        try:
+            started = time.monotonic()
+            raise_incident(factory, project)
+            receiver.wait_for(1)
+            fast = time.monotonic() - started
+            slow.wait_for(1)
+            assert not {row.state for row in deliveries(factory)} <= {"sent"}  # slow: in flight
+        finally:
+            worker.stop()  # waits for the send in flight
+    assert fast < 4.0  # well before the slow receiver answers
+    assert [row.state for row in deliveries(factory)] == ["sent", "sent"]

@@ -232,8 +232,10 @@ def healthy_corpus_fixture() -> Any:
 
     @pytest.fixture(scope="session")
     def healthy_corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Written]:
-        # The base temp's parent is shared by every xdist worker of one session.
-        shared = tmp_path_factory.getbasetemp().parent
+        # Under pytest-xdist each worker's base temp is in the session's own one, which they
+        # share; without it the base temp is the session's (its parent holds older sessions').
+        base = tmp_path_factory.getbasetemp()
+        shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
         return build_corpus(shared / "health-corpus")
 
     return healthy_corpus

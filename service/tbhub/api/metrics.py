@@ -1,20 +1,23 @@
 """/metrics in the Prometheus text format: backups, trash, boards (states, memory,
-restarts by reason, start latency, reconcile pass duration) and run-health incidents."""
+restarts by reason, start latency, reconcile pass duration), run-health incidents and the
+notification outbox."""
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from tbhub.core.models import ObservedState, RestartReason
 from tbhub.health.incidents import open_totals
+from tbhub.health.notify.outbox import delivery_totals
 from tbhub.housekeeping.backup import last_runs, recovery_point_age
 from tbhub.housekeeping.trash import trash_totals
 from tbhub.http.deps import ContextDep, SessionDep
 from tbhub.supervisor.board_settings import board_rows
-from tbhub.supervisor.metrics import board_lines, incident_lines
+from tbhub.supervisor.metrics import board_lines, incident_lines, notify_lines
 
 router = APIRouter(tags=["health"])
 
@@ -55,6 +58,7 @@ def metrics(session: SessionDep, context: ContextDep) -> PlainTextResponse:
         budget=context.settings.memory_budget_bytes,
     )
     incidents = incident_lines(*open_totals(session))
-    lines = [*boards, *incidents, *context.board_metrics.lines()]
+    deliveries = notify_lines(*delivery_totals(session, datetime.now(UTC)))
+    lines = [*boards, *incidents, *deliveries, *context.board_metrics.lines()]
     text = metrics_text(session, time.time()) + "\n".join(lines)
     return PlainTextResponse(text + "\n", media_type="text/plain; version=0.0.4")

@@ -214,15 +214,30 @@ def open_by_run(session: Session, *, project_id: int) -> dict[int, dict[str, int
     return badges
 
 
+# What a regular expression in the browser (TensorBoard's filters) needs escaped: Python's
+# re.escape also escapes `-` and spaces, which a JavaScript regex with the `u` flag refuses.
+REGEX_SPECIAL = re.compile(r"([\\^$.*+?()[\]{}|/])")
+
+
+def regex_literal(text: str) -> str:
+    """`text` as a regular expression that matches it literally, in Python and JavaScript."""
+    return REGEX_SPECIAL.sub(r"\\\1", text)
+
+
+def run_filter(run_path: str) -> str:
+    """TensorBoard's run filter for one run: it and the runs below it (train/, validation/)."""
+    return f"^{regex_literal(run_path)}(/|$)"
+
+
 def board_link(project: str, incident: Incident) -> str:
     """The project's board, filtered to the incident's run (and its curve)."""
-    params = {"runFilter": f"^{re.escape(incident.run_path)}(/|$)"}
+    params = {"runFilter": run_filter(incident.run_path)}
     if incident.tag:
         tag = incident.tag
         # The curve name may start with the run's subdirectory (train/ ...), which the
         # board shows as part of the run, not of the tag: accept both readings.
         last = tag.rsplit("/", 1)[-1] if "/" in tag else None
-        alternatives = [re.escape(tag)] + ([re.escape(last)] if last else [])
+        alternatives = [regex_literal(tag)] + ([regex_literal(last)] if last else [])
         params["tagFilter"] = f"^({'|'.join(alternatives)})$"
     return f"/boards/{quote(project, safe='')}/?{urlencode(params)}#timeseries"
 

@@ -8,14 +8,14 @@ at most `health_pass_bytes` per pass; a run left behind goes on next pass. There
 rescan: at start only the runs that are running or wrote lately are read, from the start of
 their files (detectors need the recent past; incidents already recorded are not repeated).
 
-Each pass also looks at the runs table: a run whose status became failed or killed is
-`crashed`, finished is `finished` (a notification); a running run with no new data for the
-rule's minutes is `stalled`, resolved when data comes again or the run ends.
+Every `runs_every` seconds a pass also looks at the runs table (health/run_table.py):
+crashed, finished and stalled runs.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -23,24 +23,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
+from tbhub.core.errors import TbhubError
 from tbhub.core.models import (
-    AlertRule,
-    Incident,
     Project,
     RetentionState,
     Run,
-    RunEvent,
     RunStatus,
 )
 from tbhub.core.settings import Settings
 from tbhub.health import incidents
 from tbhub.health.detectors import Detection, RunDetectors
 from tbhub.health.rules import RuleSet, effective_rules
+from tbhub.health.run_table import RunTable
 from tbhub.storage.event_reader import Reading
+from tbhub.storage.paths import open_project
 from tbhub.storage.scalars import ScalarCache
 
 log = logging.getLogger("tbhub.health")
@@ -48,14 +48,7 @@ log = logging.getLogger("tbhub.health")
 RULES_SECONDS = 10.0  # an owner's change to the rules applies within this
 RUNS_EVERY = 5.0  # seconds between two looks at the runs table (status changes, stalls)
 SEED_HOURS = 1.0  # at start: runs that wrote within this long are read
-STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
-EVENTS_PER_PASS = 1000
-LATE = timedelta(minutes=1)  # how late a status change may become visible and still count
-CRASHED = {
-    RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
-    RunStatus.killed.value: "was killed (a signal or an interrupt)",
-}
-ENDED = (RunStatus.finished.value, RunStatus.failed.value, RunStatus.killed.value)
+IN_BATCH = 500  # paths per IN (...) query
 
 
 @dataclass
@@ -85,6 +78,7 @@ class HealthMonitor:
     factory: sessionmaker[Session]
     scalars: ScalarCache
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    runs_every: float = RUNS_EVERY  # seconds between two looks at the runs table
     stats: MonitorStats = field(default_factory=MonitorStats)
 
     def __post_init__(self) -> None:
@@ -93,8 +87,7 @@ class HealthMonitor:
         self._readings: deque[tuple[str, str, Reading]] = deque()
         self._watched: OrderedDict[tuple[str, str], _Watched] = OrderedDict()
         self._rules: dict[int, _Rules] = {}
-        self._cursor: int | None = None  # the newest run event looked at
-        self._seen_events: dict[int, datetime] = {}  # run events of the last LATE, by id
+        self._run_table = RunTable(self.settings, self.rules)
         self._runs_checked = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -172,35 +165,59 @@ class HealthMonitor:
             files, self._files = self._files, set()
         if files:
             self._resolve(files)
-        budget = self.settings.health_pass_bytes
-        with self._lock:
-            keys = list(self._pending)
-        for key in keys:
-            if budget <= 0:
-                break
-            rules = self._rules_for_key(key)
-            histograms = rules is not None and rules.on("nan") and rules["nan"].histograms
-            reading = self.scalars.refresh(*key, budget=budget, histograms=histograms)
-            budget -= reading.bytes_read
-            self.stats.bytes_read += reading.bytes_read
-            if not reading.behind:
-                with self._lock:
-                    self._pending.pop(key, None)
+        self._read_pending()
         found = self._detect()
         now = self.clock()
         raised = 0
-        look_at_runs = time.monotonic() - self._runs_checked >= RUNS_EVERY
+        look_at_runs = time.monotonic() - self._runs_checked >= self.runs_every
         if found or look_at_runs:  # most passes find nothing: no transaction for them
             with transaction(self.factory) as session:
                 raised += self._record(session, found, now)
                 if look_at_runs:
                     self._runs_checked = time.monotonic()
-                    raised += self._status_changes(session, now)
-                    raised += self._stalls(session, now)
+                    raised += self._run_table.look(session, now)
         self.stats.passes += 1
         self.stats.pass_seconds += time.monotonic() - started
         self.stats.incidents += raised
         return raised
+
+    def _read_pending(self) -> None:
+        """Read the runs that changed, oldest news first, within the pass's byte budget; each
+        project's directory is opened (and checked, storage/paths.py) once for all its runs."""
+        budget = self.settings.health_pass_bytes
+        with self._lock:
+            keys = list(self._pending)
+        by_project: dict[str, list[str]] = {}
+        for project, run_path in keys:
+            by_project.setdefault(project, []).append(run_path)
+        for project, run_paths in by_project.items():
+            if budget <= 0:
+                return
+            try:
+                project_fd = open_project(self.settings.storage, project)
+            except (OSError, TbhubError):  # gone, or no longer a project directory to read
+                with self._lock:
+                    for run_path in run_paths:
+                        self._pending.pop((project, run_path), None)
+                continue
+            try:
+                for run_path in run_paths:
+                    if budget <= 0:
+                        return
+                    budget -= self._read_run((project, run_path), budget, project_fd)
+            finally:
+                os.close(project_fd)
+
+    def _read_run(self, key: tuple[str, str], budget: int, project_fd: int) -> int:
+        rules = self._rules_for_key(key)
+        histograms = rules is not None and rules.on("nan") and rules["nan"].histograms
+        reading = self.scalars.refresh(*key, budget=budget, histograms=histograms,
+                                       project_fd=project_fd)  # fmt: skip
+        self.stats.bytes_read += reading.bytes_read
+        if not reading.behind:
+            with self._lock:
+                self._pending.pop(key, None)
+        return reading.bytes_read
 
     def check_runs_now(self) -> None:
         """Look at the runs table on the next pass (tests, and a status change the API made)."""
@@ -208,34 +225,35 @@ class HealthMonitor:
         self._wake.set()
 
     def _resolve(self, files: set[tuple[str, str]]) -> None:
-        """The runs the changed files belong to: the outermost run at or above each file."""
-        by_project: dict[str, set[str]] = {}
+        """The runs the changed files belong to: the outermost run at or above each file.
+        Runs already followed are known; the runs table is asked about the others only."""
+        found: set[tuple[str, str]] = set()
+        unknown: dict[str, dict[str, list[str]]] = {}  # project -> file -> its ancestors
         for project, path in files:
             parts = path.split("/")[:-1]
-            by_project.setdefault(project, set()).update(
-                "/".join(parts[:depth]) for depth in range(1, len(parts) + 1)
-            )
-        found: list[tuple[str, str]] = []
-        with self.factory() as session:
-            for project, candidates in by_project.items():
-                query = (
-                    select(Run.path)
-                    .join(Project, Project.id == Run.project_id)
-                    .where(Project.name == project, Run.path.in_(sorted(candidates)[:500]))
-                )
-                paths = set(session.scalars(query))
-                for _, path in (f for f in files if f[0] == project):
-                    parts = path.split("/")[:-1]
-                    owner = next(
-                        (
-                            p
-                            for d in range(1, len(parts) + 1)
-                            if (p := "/".join(parts[:d])) in paths
-                        ),
-                        None,
-                    )
-                    if owner is not None:
-                        found.append((project, owner))
+            ancestors = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
+            known = next((a for a in ancestors if (project, a) in self._watched), None)
+            if known is not None:
+                found.add((project, known))
+            else:
+                unknown.setdefault(project, {})[path] = ancestors
+        if unknown:
+            with self.factory() as session:
+                for project, by_file in unknown.items():
+                    candidates = sorted({a for ancestors in by_file.values() for a in ancestors})
+                    paths: set[str] = set()
+                    for first in range(0, len(candidates), IN_BATCH):
+                        query = (
+                            select(Run.path)
+                            .join(Project, Project.id == Run.project_id)
+                            .where(Project.name == project)
+                            .where(Run.path.in_(candidates[first : first + IN_BATCH]))
+                        )
+                        paths.update(session.scalars(query))
+                    for ancestors in by_file.values():
+                        owner = next((a for a in ancestors if a in paths), None)
+                        if owner is not None:
+                            found.add((project, owner))
         with self._lock:
             self._pending.update((key, None) for key in found)
 
@@ -311,121 +329,6 @@ class HealthMonitor:
                 new = incidents.record_all(session, run=run, detections=detections, now=now)
                 raised += len(new)
         return raised
-
-    # -- the runs table ---------------------------------------------------------------------
-
-    def _status_changes(self, session: Session, now: datetime) -> int:
-        """crashed and finished, from the runs' status history (domain/runs.note_event).
-
-        Ids are handed out before commit, so on PostgreSQL a lower id can become visible
-        after a higher one: the last `LATE` of history is looked at again, by id, once."""
-        if self._cursor is None:
-            before = now - STATUS_LOOKBACK
-            self._cursor = (
-                session.scalar(select(func.max(RunEvent.id)).where(RunEvent.at < before)) or 0
-            )
-        recent = now - LATE
-        status = select(RunEvent).where(RunEvent.kind == "status").order_by(RunEvent.id)
-        late = status.where(RunEvent.id <= self._cursor, RunEvent.at >= recent)
-        newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
-        raised = 0
-        for event in [*session.scalars(late), *session.scalars(newer)]:
-            if event.id in self._seen_events:
-                continue
-            self._seen_events[event.id] = event.at
-            self._cursor = max(self._cursor, event.id)
-            run = session.get(Run, event.run_id)
-            if run is not None:
-                raised += self._status_change(session, run, event, now)
-        self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
-        return raised
-
-    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
-        rules = self.rules(run.project_id, session)
-        if event.value == RunStatus.running.value:
-            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
-            return 0
-        if event.value not in ENDED:
-            return 0
-        incidents.resolve_open(
-            session, run_id=run.id, detectors=(*incidents.CURVE_DETECTORS, "stalled"), now=now
-        )
-        detector = "finished" if event.value == RunStatus.finished.value else "crashed"
-        if not rules.on(detector):
-            return 0
-        latest = session.scalar(
-            select(Incident)
-            .where(Incident.run_id == run.id, Incident.detector == detector)
-            .order_by(Incident.id.desc())
-            .limit(1)
-        )
-        if latest is not None and latest.last_seen >= event.at:
-            return 0  # recorded before a restart of the monitor
-        message = (
-            f"{run.path} finished"
-            if detector == "finished"
-            else f"{run.path} {CRASHED[event.value]}"
-        )
-        detection = Detection(detector, None, None, event.at.timestamp(), None, message)
-        incident = incidents.record(
-            session, run=run, detection=detection, now=now, resolved=detector == "finished"
-        )
-        if incident is not None and event.value == RunStatus.killed.value:
-            incident.severity = "warning"
-        return int(incident is not None)
-
-    def _stalls(self, session: Session, now: datetime) -> int:
-        """Open a `stalled` incident on each running run quiet for its rule's minutes, and
-        resolve the ones whose run wrote again or ended."""
-        default = self.settings.run_stalled_minutes
-        custom = session.scalar(
-            select(func.min(AlertRule.threshold)).where(AlertRule.detector == "stalled")
-        )
-        least = min(default, custom) if custom is not None else default
-        last = func.coalesce(Run.last_write, Run.created_at)
-        query = select(Run).where(
-            Run.status == RunStatus.running,
-            Run.retention_state == RetentionState.present,
-            last < now - timedelta(minutes=least),
-        )
-        quiet = {run.id: run for run in session.scalars(query)}
-        open_stalls = list(
-            session.scalars(
-                select(Incident).where(
-                    Incident.detector == "stalled", Incident.resolved_at.is_(None)
-                )
-            )
-        )
-        for incident in open_stalls:
-            run = quiet.get(incident.run_id) if incident.run_id is not None else None
-            if run is None or not self._is_stalled(session, run, now):
-                incident.resolved_at, incident.resolved_by = now, incidents.MONITOR
-        stalled_now = {i.run_id for i in open_stalls if i.resolved_at is None}
-        raised = 0
-        for run in quiet.values():
-            if run.id in stalled_now or not self._is_stalled(session, run, now):
-                continue
-            rules = self.rules(run.project_id, session)
-            since = run.last_write or run.created_at
-            minutes = (now - since).total_seconds() / 60
-            detection = Detection(
-                "stalled",
-                None,
-                None,
-                since.timestamp(),
-                None,
-                f"{run.path} is running but wrote nothing for "
-                f"{minutes:.0f} minutes (rule: {rules['stalled'].threshold:g})",
-            )
-            raised += incidents.record(session, run=run, detection=detection, now=now) is not None
-        return raised
-
-    def _is_stalled(self, session: Session, run: Run, now: datetime) -> bool:
-        rule = self.rules(run.project_id, session)["stalled"]
-        if not rule.enabled or rule.threshold is None:
-            return False
-        since = run.last_write or run.created_at
-        return now - since > timedelta(minutes=rule.threshold)
 
     # -- /metrics ---------------------------------------------------------------------------
 

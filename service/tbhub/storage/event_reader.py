@@ -4,7 +4,8 @@ is parsed twice in one process.
 
 A follower keeps, per event file of its run, where the last read stopped, and reads on from
 there at most `budget` bytes per call. Records are TFRecord frames (length, masked CRC-32C of
-the length, an Event proto, masked CRC-32C of the proto); both CRCs are checked.
+the length, an Event proto, masked CRC-32C of the proto); both CRCs are checked
+(storage/frame_check.py).
 
 - A frame cut short (a writer still writing) ends the read of that file until it grows.
 - A frame whose CRC does not match is retried: when the file changes, and at the latest
@@ -31,24 +32,19 @@ import math
 import os
 import struct
 import time
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from functools import cache
 from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tbhub.core.errors import UnsafePath
+from tbhub.storage.frame_check import first_bad, frames, header_ok, masked
+from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.run_files import opened_run, walk_files
 from tbhub.storage.scan import EVENT_FILE_PREFIX
-from tbhub.storage.tfrecord import (
-    CRC_TABLE,
-    HEADER,
-    HEADER_BYTES,
-    RECORD_OVERHEAD,
-    masked_crc32c,
-)
+from tbhub.storage.tfrecord import HEADER, HEADER_BYTES, RECORD_OVERHEAD
 
 MAX_FILES = 64  # event files looked at per run
 MAX_DEPTH = 2  # subdirectories (train/, validation/ ...) of the run looked into
@@ -58,11 +54,6 @@ SCALARS_PLUGIN = "scalars"
 HISTOGRAMS_PLUGIN = "histograms"
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES)
-_CRC = struct.Struct("<I")
-_LENGTH = struct.Struct("<Q")
-BATCH_MIN = 32  # frames from which checking them together in numpy pays (measured: ~24)
-BATCH_MAX = 16384  # frames checked together at most (memory: frames x BATCH_WIDTH bytes)
-BATCH_WIDTH = 1024  # longer records are checked one by one
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
 DT_FLOAT, DT_DOUBLE = 1, 2  # TensorFlow's DataType numbers
@@ -174,13 +165,15 @@ class RunFollower:
         self.files: dict[str, _File] = {}  # path inside the run -> progress
         self.plugins: dict[str, str] = {}  # curve -> plugin of its TF2 tensors
 
-    def read(self, budget: int) -> Reading:
+    def read(self, budget: int, *, project_fd: int | None = None) -> Reading:
         """What the run's event files gained since the last call, reading at most `budget`
-        bytes. A run that is gone, or behind a symlink, reads as nothing."""
+        bytes. A run that is gone, or behind a symlink, reads as nothing. `project_fd`: the
+        project's directory, already opened (and checked) by storage/paths.open_project for
+        many runs at once."""
         reading = Reading()
         try:
             with (
-                opened_run(self.storage_root, self.project, self.run_path) as fd,
+                self._opened(project_fd) as fd,
                 closing(walk_files(fd, max_depth=MAX_DEPTH)) as walk,
             ):
                 event_files = (f for f in walk if f[2].startswith(EVENT_FILE_PREFIX))
@@ -195,6 +188,18 @@ class RunFollower:
             if exc.errno not in GONE:
                 raise
         return reading
+
+    @contextmanager
+    def _opened(self, project_fd: int | None) -> Iterator[int]:
+        if project_fd is None:
+            with opened_run(self.storage_root, self.project, self.run_path) as fd:
+                yield fd
+            return
+        fd = open_below(project_fd, split_relative(self.run_path))
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def _start_over(self, reading: Reading) -> None:
         self.files.clear()
@@ -251,9 +256,9 @@ class RunFollower:
 
         pos = 0
         while True:
-            frames, torn_header = _frames(data, pos)
-            bad = _first_bad(data, frames)
-            for index, (start, length) in enumerate(frames):
+            found, torn_header = frames(data, pos)
+            bad = first_bad(data, found)
+            for index, (start, length) in enumerate(found):
                 if index == bad:
                     break
                 try:
@@ -268,14 +273,12 @@ class RunFollower:
                 if event.HasField("summary"):
                     self._values(reading, prefix, event)
             if bad is None:
-                if (
-                    torn_header is not None
-                ):  # a length whose own CRC fails: where to go on is unknown
+                if torn_header is not None:  # a length failing its CRC: where it ends is unknown
                     self._bad_frame(state, state.offset + torn_header, skippable=False)
                     return torn_header
                 return pos
-            start, length = frames[bad]
-            if _header_crc(data, start) is False:
+            start, length = found[bad]
+            if not header_ok(data, start):
                 self._bad_frame(state, state.offset + start, skippable=False)
                 return start
             end = start + length + RECORD_OVERHEAD
@@ -322,118 +325,6 @@ class RunFollower:
                 )
 
 
-def _frames(data: bytes, pos: int) -> tuple[list[tuple[int, int]], int | None]:
-    """(start, data length) of each whole frame in data[pos:] by the lengths alone, and the
-    start of a last, cut-short frame whose length header fails its CRC (None when it is a
-    frame still being written, or there is none)."""
-    frames: list[tuple[int, int]] = []
-    size = len(data)
-    unpack = _LENGTH.unpack_from
-    while pos + HEADER_BYTES <= size:
-        length = unpack(data, pos)[0]
-        end = pos + length + RECORD_OVERHEAD
-        if end > size:
-            return frames, (pos if _header_crc(data, pos) is False else None)
-        frames.append((pos, length))
-        pos = end
-    return frames, None
-
-
-def _header_crc(data: bytes, start: int) -> bool:
-    length_crc = _CRC.unpack_from(data, start + 8)[0]
-    return bool(_masked(data[start : start + 8]) == length_crc)
-
-
-def _first_bad(data: bytes, frames: list[tuple[int, int]]) -> int | None:
-    """The index of the first frame whose length or data fails its CRC; None if all pass."""
-    if _C_CRC is None and len(frames) >= BATCH_MIN:
-        return _first_bad_batched(data, frames)
-    crc = _CRC.unpack_from
-    for index, (start, length) in enumerate(frames):
-        end = start + HEADER_BYTES + length
-        if _masked(data[start : start + 8]) != crc(data, start + 8)[0]:
-            return index
-        if _masked(data[start + HEADER_BYTES : end]) != crc(data, end)[0]:
-            return index
-    return None
-
-
-def _first_bad_batched(data: bytes, frames: list[tuple[int, int]]) -> int | None:
-    """The same, many frames at a time: CRC-32C column by column in numpy across frames (the
-    per-byte loop in Python is what reading costs most otherwise)."""
-    import numpy as np
-
-    buf = np.frombuffer(data, dtype=np.uint8)
-    for first in range(0, len(frames), BATCH_MAX):
-        chunk = np.array(frames[first : first + BATCH_MAX], dtype=np.int64)
-        starts, lengths = chunk[:, 0], chunk[:, 1]
-        wanted_header = _stored_crcs(buf, starts + 8)
-        wanted_data = _stored_crcs(buf, starts + HEADER_BYTES + lengths)
-        bad = _masked_many(buf, starts, np.full(len(starts), 8)) != wanted_header
-        short = lengths <= BATCH_WIDTH
-        if short.any():
-            bad[short] |= (
-                _masked_many(buf, starts[short] + HEADER_BYTES, lengths[short])
-                != (wanted_data[short])
-            )
-        for index in np.flatnonzero(~short):
-            start, length = int(starts[index]), int(lengths[index])
-            record = data[start + HEADER_BYTES : start + HEADER_BYTES + length]
-            bad[index] |= _masked(record) != int(wanted_data[index])
-        if bad.any():
-            return first + int(np.argmax(bad))
-    return None
-
-
-def _stored_crcs(buf: Any, at: Any) -> Any:
-    import numpy as np
-
-    bytes_ = buf[at[:, None] + np.arange(4)].astype(np.uint32)
-    return bytes_[:, 0] | bytes_[:, 1] << 8 | bytes_[:, 2] << 16 | bytes_[:, 3] << 24
-
-
-def _masked_many(buf: Any, starts: Any, lengths: Any) -> Any:
-    import numpy as np
-
-    width = int(lengths.max()) if len(lengths) else 0
-    columns = np.arange(width)
-    block = buf[np.minimum(starts[:, None] + columns, len(buf) - 1)]
-    inside = columns < lengths[:, None]
-    crc = np.full(len(starts), 0xFFFFFFFF, dtype=np.uint32)
-    table = _np_table()
-    for j in range(width):
-        stepped = table[(crc ^ block[:, j]) & 0xFF] ^ (crc >> 8)
-        crc = np.where(inside[:, j], stepped, crc)
-    crc ^= np.uint32(0xFFFFFFFF)
-    return ((crc >> 15) | (crc << 17)) + np.uint32(0xA282EAD8)
-
-
-@cache
-def _np_table() -> Any:
-    import numpy as np
-
-    return np.array(CRC_TABLE, dtype=np.uint32)
-
-
-def _c_crc() -> Callable[[bytes], int] | None:
-    """A compiled CRC-32C when one is installed (google-crc32c): many times faster."""
-    try:
-        from google_crc32c import value  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return value  # type: ignore[no-any-return]
-
-
-_C_CRC = _c_crc()
-
-
-def _masked(data: bytes) -> int:
-    if _C_CRC is None:
-        return masked_crc32c(data)
-    crc = _C_CRC(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def read_scalars(path: Path, *, chunk: int = 16 << 20) -> list[ScalarPoint]:
     """Every scalar of one event file, start to end, as a follower reads it (tools and the
     reader benchmark)."""
@@ -456,6 +347,6 @@ def _whole_frame(fd: int, offset: int) -> bytes:
     if len(header) < HEADER_BYTES:
         return b""
     length, length_crc = HEADER.unpack(header)
-    if masked_crc32c(header[:8]) != length_crc:
+    if masked(header[:8]) != length_crc:
         return b""
     return os.pread(fd, length + RECORD_OVERHEAD, offset)

@@ -94,22 +94,37 @@ class ScalarCache:
                 self._runs.popitem(last=False)
             return run
 
-    def refresh(self, project: str, run_path: str, *, budget: int | None = None,
-                histograms: bool = False) -> Reading:  # fmt: skip
+    def refresh(
+        self,
+        project: str,
+        run_path: str,
+        *,
+        budget: int | None = None,
+        histograms: bool = False,
+        project_fd: int | None = None,
+    ) -> Reading:
         """Read what the run's event files gained (up to `budget` bytes, the cache's by
-        default) into its curves and hand it to the listener; what was read."""
+        default) into its curves and hand it to the listener; what was read. `project_fd`:
+        the project's directory opened once for many runs (RunFollower.read)."""
         run = self._entry((project, run_path))
         with run.lock:
-            return self._read(run, project, run_path, budget, histograms)
+            return self._read(run, project, run_path, budget, histograms, project_fd)
 
-    def _read(self, run: _Run, project: str, run_path: str, budget: int | None,
-              histograms: bool) -> Reading:  # fmt: skip
+    def _read(
+        self,
+        run: _Run,
+        project: str,
+        run_path: str,
+        budget: int | None,
+        histograms: bool,
+        project_fd: int | None = None,
+    ) -> Reading:
         if histograms:  # a rule asks for them: from here on (what was read stays read)
             run.follower.histograms = True
-        reading = run.follower.read(self.budget if budget is None else budget)
+        budget = self.budget if budget is None else budget
+        reading = run.follower.read(budget, project_fd=project_fd)
         _add(run, reading)
-        if self.listener is not None and (reading.scalars or reading.histograms
-                                          or reading.reset):  # fmt: skip
+        if self.listener is not None and (reading.scalars or reading.histograms or reading.reset):
             self.listener(project, run_path, reading)
         return reading
 

@@ -110,6 +110,17 @@ def incident_lines(
     ]  # fmt: skip
 
 
+def notify_lines(counts: dict[str, int], oldest: float | None) -> list[str]:
+    """The notification outbox: deliveries by state, and how long the oldest has waited."""
+    return [
+        *_family("tbhub_notify_deliveries", "gauge", "Notifications in the outbox by state.",
+                 [(f'{{state="{_label(state)}"}}', n) for state, n in counts.items()]),
+        *_family("tbhub_notify_oldest_pending_seconds", "gauge",
+                 "Seconds the oldest notification still to send has waited.",
+                 [("", round(oldest, 3))] if oldest is not None else []),
+    ]  # fmt: skip
+
+
 def board_lines(
     rows: Sequence[BoardRow], *, states: Sequence[str], reasons: Sequence[str], budget: int | None
 ) -> list[str]:

@@ -20,14 +20,13 @@ from tbhub.core.models import Role, User
 from tbhub.health.notify import channels
 from tbhub.health.notify.ssrf import URL_MAX
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.web.health import LABELS
+from tbhub.web.health import LABELS, KindsField
 from tbhub.web.render import WebUser, attempt, caller_of, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)
 
 ChannelId = Annotated[int, Path(ge=1, le=INT32_MAX)]
 CsrfField = Annotated[str, Form(max_length=TOKEN_MAX)]
-KindsField = Annotated[list[Annotated[str, Form(max_length=16)]], Form()]
 RECIPIENTS_TEXT_MAX = channels.MAX_RECIPIENTS * (channels.EMAIL_MAX + 2)
 SEPARATORS = re.compile(r"[\s,;]+")
 KIND_NAMES = {"webhook": "Webhook (JSON, signed)", "slack": "Slack-format incoming webhook",

@@ -18,7 +18,7 @@ from tbhub.core.models import Role, User
 from tbhub.domain.projects import visible_projects
 from tbhub.health.notify import channels
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
-from tbhub.web.health import LABELS
+from tbhub.web.health import LABELS, KindsField
 from tbhub.web.render import WebUser, attempt, caller_of, check_form_token, done, form_page
 
 router = APIRouter(include_in_schema=False)
@@ -59,7 +59,7 @@ def save_preference(
     context: ContextDep,
     action: Annotated[Literal["save", "stop"], Form()] = "save",
     address: Annotated[str, Form(max_length=channels.EMAIL_MAX)] = "",
-    detectors: Annotated[list[Annotated[str, Form(max_length=16)]], Form()] = [],  # noqa: B006
+    detectors: KindsField = [],  # noqa: B006 - FastAPI copies a default
     own_runs_only: Annotated[bool, Form()] = False,
     csrf_token: CsrfField = "",
 ) -> Response:

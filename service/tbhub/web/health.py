@@ -18,6 +18,7 @@ from tbhub.core.errors import NotFound
 from tbhub.core.models import Incident, Role
 from tbhub.domain.runs import get_run
 from tbhub.health import incidents
+from tbhub.health.rules import DETECTORS
 from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.web.render import WebUser, caller_of, check_form_token, done
 
@@ -35,6 +36,8 @@ LABELS = {
     "finished": "finished",
 }
 SEVERITY_ORDER = ("error", "warning", "info")
+# The incident kinds a form ticks (a channel's, an email preference's): bounded like the API's.
+KindsField = Annotated[list[Annotated[str, Form(max_length=16)]], Form(max_length=len(DETECTORS))]
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,11 @@ HEALTHY = Badge("ok", "healthy", 0)
 
 
 def _concern(incident: tuple[str, str]) -> tuple[int, int]:
+    """Worst first: by severity, then by the detectors' order in LABELS (unknown ones last)."""
     detector, severity = incident
-    order = list(LABELS)
-    return SEVERITY_ORDER.index(severity), order.index(detector) if detector in order else 99
+    last = len(LABELS)
+    severity_rank = {s: i for i, s in enumerate(SEVERITY_ORDER)}.get(severity, last)
+    return severity_rank, {d: i for i, d in enumerate(LABELS)}.get(detector, last)
 
 
 def run_badges(session: Session, *, project_id: int, run_ids: list[int]) -> dict[int, Badge]:

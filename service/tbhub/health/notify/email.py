@@ -53,18 +53,22 @@ def send_email(settings: Settings, recipients: Sequence[str], message: Message) 
         with smtp:
             smtp.ehlo()
             if security == "starttls":
+                if not smtp.has_extn("starttls"):
+                    raise DeliveryFailed(
+                        f"the SMTP server {host}:{port} offers no STARTTLS; mail is not sent "
+                        "in the clear (TBHUB_NOTIFY_SMTP_SECURITY)"
+                    )
                 smtp.starttls(context=context)
                 smtp.ehlo()
             if settings.notify_smtp_username:
+                if not smtp.has_extn("auth"):
+                    raise DeliveryFailed(f"the SMTP server {host}:{port} offers no login (AUTH) "
+                                         "here; unset TBHUB_NOTIFY_SMTP_USERNAME or fix the "
+                                         "server")  # fmt: skip
                 password = settings.notify_smtp_password
                 smtp.login(settings.notify_smtp_username,
                            password.get_secret_value() if password else "")  # fmt: skip
             smtp.send_message(mail)
-    except smtplib.SMTPNotSupportedError:
-        raise DeliveryFailed(
-            f"the SMTP server {host}:{port} offers no STARTTLS; mail is not sent in the clear "
-            "(TBHUB_NOTIFY_SMTP_SECURITY)"
-        ) from None
     except smtplib.SMTPAuthenticationError as exc:
         raise DeliveryFailed(f"the SMTP server {host}:{port} refused the login "
                              f"({exc.smtp_code})") from None  # fmt: skip

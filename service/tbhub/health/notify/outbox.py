@@ -15,34 +15,20 @@ and goes out as one digest.
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.auth.permissions import project_roles
-from tbhub.core.db import transaction
-from tbhub.core.models import (
-    Delivery,
-    EmailPreference,
-    NotificationChannel,
-    Project,
-    Run,
-    User,
-)
+from tbhub.core.models import Delivery, EmailPreference, NotificationChannel, Project, Run, User
 from tbhub.core.settings import Settings
 from tbhub.core.timestamps import iso_utc
 from tbhub.health.incidents import board_link
-from tbhub.health.notify.digest import compose
-from tbhub.health.notify.send import DeliveryFailed, Target, send
+from tbhub.health.notify.worker import DeliveryWorker, due_now, may_read
 
-log = logging.getLogger("tbhub")
+__all__ = ["DeliveryWorker", "delivery_totals", "enqueue", "start_delivery"]
 
 # What an incident carries (helper A's Incident; any object with these attributes will do).
 INCIDENT_FIELDS = (
@@ -52,17 +38,11 @@ INCIDENT_FIELDS = (
     "severity", "value_text", "last_step", "board_path",
 )  # fmt: skip
 INFO_DETECTORS = frozenset({"finished"})  # news, not a problem
-BATCH = 500  # deliveries read per pass; the rest wait for the next pass
-MAX_BACKOFF = timedelta(hours=1)
 STATES = ("pending", "sending", "sent", "failed", "dropped")
-PRUNE_EVERY = timedelta(hours=1)
-
-# Set when an enqueue commits, so the worker sends at once rather than at its next poll.
-_wake = threading.Event()
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
 
 
 def snapshot(incident: object) -> dict[str, Any]:
@@ -130,226 +110,8 @@ def wants(detectors: list[str], detector: str | None) -> bool:
     return not detectors or detector in detectors
 
 
-def may_read(session: Session, user: User, project_id: int) -> bool:
-    if user.disabled:
-        return False
-    return user.is_admin or project_id in project_roles(
-        session, user_id=user.id, project_id=project_id
-    )
-
-
 def wake_after_commit(session: Session) -> None:
-    from sqlalchemy import event
-
-    event.listen(session, "after_commit", lambda _: _wake.set(), once=True)
-
-
-# -- the worker ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What goes out as one message: a target's due deliveries of one project."""
-
-    ids: tuple[int, ...]
-    project: str
-    target: Target
-    payloads: tuple[dict[str, Any], ...]
-    attempts: int  # the most tries any of them had, this one included
-
-
-class Stoppable(Protocol):
-    def stop(self) -> None: ...
-
-
-class DeliveryWorker:
-    """Sends what the outbox holds, from one thread on the leader."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        factory: sessionmaker[Session],
-        *,
-        clock: Callable[[], datetime] = utcnow,
-        poll_seconds: float = 5.0,
-    ) -> None:
-        self.settings = settings
-        self.factory = factory
-        self.clock = clock
-        self.poll_seconds = poll_seconds
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._pruned_at: datetime | None = None
-
-    def start(self) -> DeliveryWorker:
-        with transaction(self.factory) as session:
-            resumed = session.execute(
-                update(Delivery).where(Delivery.state == "sending").values(state="pending")
-            )
-        if getattr(resumed, "rowcount", 0):
-            log.info("notifications: %d interrupted deliveries are due again", resumed.rowcount)  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._run, name="tbhub-notify", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        _wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.settings.notify_timeout * 2 + 5)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                wait = self.run_once()
-            except Exception:  # a database hiccup: try again at the next poll
-                log.exception("notifications: a delivery pass failed")
-                wait = self.poll_seconds
-            _wake.wait(wait)
-            _wake.clear()
-
-    def run_once(self) -> float:
-        """One pass: send every due batch; returns the seconds until the next is due."""
-        now = self.clock()
-        self._prune(now)
-        with transaction(self.factory) as session:
-            batches = self._claim(session, now)
-        for batch in batches:
-            if self._stopping.is_set():
-                break
-            error = None
-            try:
-                send(self.settings, batch.target, compose(
-                    batch.project, batch.payloads, public_url=self.settings.public_url,
-                    delivery=f"{batch.ids[0]}",
-                ))  # fmt: skip
-            except DeliveryFailed as exc:
-                error = exc.message
-            with transaction(self.factory) as session:
-                self._record(session, batch, error, self.clock())
-        with transaction(self.factory) as session:
-            due = session.scalar(
-                select(func.min(Delivery.next_attempt_at)).where(Delivery.state == "pending")
-            )
-        if due is None:
-            return self.poll_seconds
-        return min(self.poll_seconds, max(0.0, (due - self.clock()).total_seconds()))
-
-    def _claim(self, session: Session, now: datetime) -> list[Batch]:
-        due = session.scalars(
-            select(Delivery)
-            .where(Delivery.state == "pending", Delivery.next_attempt_at <= now)
-            .order_by(Delivery.id)
-            .limit(BATCH)
-        ).all()
-        fold = timedelta(seconds=self.settings.notify_fold_seconds)
-        # Folding on: a target's due deliveries of a project go as one message. Off: each
-        # goes as its own (the row id keeps them apart).
-        groups: dict[tuple[int, int | None, int | None, int], list[Delivery]] = {}
-        for row in due:
-            key = (row.project_id, row.channel_id, row.user_id, 0 if fold else row.id)
-            groups.setdefault(key, []).append(row)
-        batches = []
-        for (project_id, channel_id, user_id, _), rows in groups.items():
-            target = self._target(session, project_id, channel_id, user_id)
-            if target is None:
-                for row in rows:
-                    row.state, row.last_error = "dropped", "the channel is off or gone"
-                continue
-            last = last_sent(session, project_id, channel_id, user_id)
-            if fold and last is not None and last + fold > now:
-                for row in rows:
-                    row.next_attempt_at = last + fold
-                continue
-            for row in rows:
-                row.state, row.attempts = "sending", row.attempts + 1
-            batches.append(Batch(
-                ids=tuple(row.id for row in rows), project=str(rows[0].payload.get("project")),
-                target=target, payloads=tuple(row.payload for row in rows),
-                attempts=max(row.attempts for row in rows),
-            ))  # fmt: skip
-        return batches
-
-    def _target(
-        self, session: Session, project_id: int, channel_id: int | None, user_id: int | None
-    ) -> Target | None:
-        if channel_id is not None:
-            channel = session.get(NotificationChannel, channel_id)
-            if channel is None or not channel.enabled:
-                return None
-            return Target.of_channel(channel)
-        pref = session.get(EmailPreference, (user_id, project_id))
-        user = session.get(User, user_id)
-        if pref is None or user is None or not may_read(session, user, project_id):
-            return None
-        return Target(kind="email", recipients=(pref.address,))
-
-    def _record(self, session: Session, batch: Batch, error: str | None, now: datetime) -> None:
-        rows = session.scalars(select(Delivery).where(Delivery.id.in_(batch.ids))).all()
-        if error is None:
-            for row in rows:
-                row.state, row.sent_at, row.last_error = "sent", now, None
-            if rows:
-                set_outcome(session, rows[0], error=None, at=now)
-            return
-        final = batch.attempts >= self.settings.notify_max_attempts
-        backoff = min(
-            MAX_BACKOFF,
-            timedelta(seconds=self.settings.notify_retry_backoff * 2 ** (batch.attempts - 1)),
-        )
-        for row in rows:
-            row.last_error = error
-            if final:
-                row.state = "failed"
-            else:
-                row.state, row.next_attempt_at = "pending", now + backoff
-        if final and rows:
-            set_outcome(session, rows[0], error=error, at=now)
-        log.warning(
-            "notifications: delivery %s to %s failed (try %d of %d): %s",
-            batch.ids[0], batch.target.kind, batch.attempts, self.settings.notify_max_attempts,
-            error,
-        )  # fmt: skip
-
-    def _prune(self, now: datetime) -> None:
-        if self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY:
-            return
-        self._pruned_at = now
-        cutoff = now - timedelta(days=self.settings.notify_keep_days)
-        with transaction(self.factory) as session:
-            session.execute(
-                delete(Delivery).where(
-                    Delivery.state.in_(("sent", "failed", "dropped")),
-                    Delivery.created_at < cutoff,
-                )
-            )
-
-
-def last_sent(
-    session: Session, project_id: int, channel_id: int | None, user_id: int | None
-) -> datetime | None:
-    query = select(func.max(Delivery.sent_at)).where(
-        Delivery.project_id == project_id, Delivery.state == "sent"
-    )
-    if channel_id is not None:
-        query = query.where(Delivery.channel_id == channel_id)
-    else:
-        query = query.where(Delivery.user_id == user_id, Delivery.channel_id.is_(None))
-    return session.scalar(query)
-
-
-def set_outcome(session: Session, row: Delivery, *, error: str | None, at: datetime) -> None:
-    """Where owners (a channel) or the user (their email preference) see how it went."""
-    holder: NotificationChannel | EmailPreference | None
-    if row.channel_id is not None:
-        holder = session.get(NotificationChannel, row.channel_id)
-        if holder is not None and error is None:
-            holder.last_sent_at = at
-    else:
-        holder = session.get(EmailPreference, (row.user_id, row.project_id))
-    if holder is not None and error is not None:
-        holder.last_error, holder.last_error_at = error, at
+    event.listen(session, "after_commit", lambda _: due_now.set(), once=True)
 
 
 def delivery_totals(session: Session, now: datetime) -> tuple[dict[str, int], float | None]:

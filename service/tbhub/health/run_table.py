@@ -1,0 +1,158 @@
+"""crashed, finished and stalled: what the runs table says about a run, looked at by the
+monitor (health/monitor.py) every few seconds on the leader.
+
+A run whose status became failed or killed (`tbhub run` saw its command exit non-zero or be
+killed, or the job reported it: domain/runs.update_run writes each change into the run's
+status history) is `crashed`; one that finished is `finished`, an incident born resolved (a
+notification, not a problem). A `running` run whose files got nothing new for its project's
+`stalled` minutes is `stalled`, resolved when it writes again or leaves `running`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from tbhub.core.models import AlertRule, Incident, RetentionState, Run, RunEvent, RunStatus
+from tbhub.core.settings import Settings
+from tbhub.health import incidents
+from tbhub.health.detectors import Detection
+from tbhub.health.rules import RuleSet
+
+STATUS_LOOKBACK = timedelta(minutes=10)  # status changes made while no monitor ran
+EVENTS_PER_PASS = 1000
+LATE = timedelta(minutes=1)  # how late a status change may become visible and still count
+CRASHED = {
+    RunStatus.failed.value: "failed (its job exited with an error or reported a failure)",
+    RunStatus.killed.value: "was killed (a signal or an interrupt)",
+}
+ENDED = (RunStatus.finished.value, RunStatus.failed.value, RunStatus.killed.value)
+Rules = Callable[[int, Session], RuleSet]  # project id -> its rules
+
+
+class RunTable:
+    def __init__(self, settings: Settings, rules: Rules) -> None:
+        self.settings = settings
+        self.rules = rules
+        self._cursor: int | None = None  # the newest run event looked at
+        self._seen_events: dict[int, datetime] = {}  # run events of the last LATE, by id
+
+    def look(self, session: Session, now: datetime) -> int:
+        """Record what changed since the last look; the new incidents."""
+        return self._status_changes(session, now) + self._stalls(session, now)
+
+    def _status_changes(self, session: Session, now: datetime) -> int:
+        """crashed and finished, from the runs' status history (domain/runs.note_event).
+
+        Ids are handed out before commit, so on PostgreSQL a lower id can become visible
+        after a higher one: the last `LATE` of history is looked at again, by id, once."""
+        if self._cursor is None:
+            before = now - STATUS_LOOKBACK
+            self._cursor = (
+                session.scalar(select(func.max(RunEvent.id)).where(RunEvent.at < before)) or 0
+            )
+        recent = now - LATE
+        status = select(RunEvent).where(RunEvent.kind == "status").order_by(RunEvent.id)
+        late = status.where(RunEvent.id <= self._cursor, RunEvent.at >= recent)
+        newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
+        raised = 0
+        for event in [*session.scalars(late), *session.scalars(newer)]:
+            if event.id in self._seen_events:
+                continue
+            self._seen_events[event.id] = event.at
+            self._cursor = max(self._cursor, event.id)
+            run = session.get(Run, event.run_id)
+            if run is not None:
+                raised += self._status_change(session, run, event, now)
+        self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
+        return raised
+
+    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
+        rules = self.rules(run.project_id, session)
+        if event.value == RunStatus.running.value:
+            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
+            return 0
+        if event.value not in ENDED:
+            return 0
+        incidents.resolve_open(
+            session, run_id=run.id, detectors=(*incidents.CURVE_DETECTORS, "stalled"), now=now
+        )
+        detector = "finished" if event.value == RunStatus.finished.value else "crashed"
+        if not rules.on(detector):
+            return 0
+        latest = session.scalar(
+            select(Incident)
+            .where(Incident.run_id == run.id, Incident.detector == detector)
+            .order_by(Incident.id.desc())
+            .limit(1)
+        )
+        if latest is not None and latest.last_seen >= event.at:
+            return 0  # recorded before a restart of the monitor
+        message = (
+            f"{run.path} finished"
+            if detector == "finished"
+            else f"{run.path} {CRASHED[event.value]}"
+        )
+        detection = Detection(detector, None, None, event.at.timestamp(), None, message)
+        incident = incidents.record(
+            session, run=run, detection=detection, now=now, resolved=detector == "finished"
+        )
+        if incident is not None and event.value == RunStatus.killed.value:
+            incident.severity = "warning"
+        return int(incident is not None)
+
+    def _stalls(self, session: Session, now: datetime) -> int:
+        """Open a `stalled` incident on each running run quiet for its rule's minutes, and
+        resolve the ones whose run wrote again or ended."""
+        default = self.settings.run_stalled_minutes
+        custom = session.scalar(
+            select(func.min(AlertRule.threshold)).where(AlertRule.detector == "stalled")
+        )
+        least = min(default, custom) if custom is not None else default
+        last = func.coalesce(Run.last_write, Run.created_at)
+        query = select(Run).where(
+            Run.status == RunStatus.running,
+            Run.retention_state == RetentionState.present,
+            last < now - timedelta(minutes=least),
+        )
+        quiet = {run.id: run for run in session.scalars(query)}
+        open_stalls = list(
+            session.scalars(
+                select(Incident).where(
+                    Incident.detector == "stalled", Incident.resolved_at.is_(None)
+                )
+            )
+        )
+        for incident in open_stalls:
+            run = quiet.get(incident.run_id) if incident.run_id is not None else None
+            if run is None or not self._is_stalled(session, run, now):
+                incident.resolved_at, incident.resolved_by = now, incidents.MONITOR
+        stalled_now = {i.run_id for i in open_stalls if i.resolved_at is None}
+        raised = 0
+        for run in quiet.values():
+            if run.id in stalled_now or not self._is_stalled(session, run, now):
+                continue
+            rules = self.rules(run.project_id, session)
+            since = run.last_write or run.created_at
+            minutes = (now - since).total_seconds() / 60
+            detection = Detection(
+                "stalled",
+                None,
+                None,
+                since.timestamp(),
+                None,
+                f"{run.path} is running but wrote nothing for "
+                f"{minutes:.0f} minutes (rule: {rules['stalled'].threshold:g})",
+            )
+            raised += incidents.record(session, run=run, detection=detection, now=now) is not None
+        return raised
+
+    def _is_stalled(self, session: Session, run: Run, now: datetime) -> bool:
+        rule = self.rules(run.project_id, session)["stalled"]
+        if not rule.enabled or rule.threshold is None:
+            return False
+        since = run.last_write or run.created_at
+        return now - since > timedelta(minutes=rule.threshold)
