@@ -140,11 +140,15 @@ class RunDetectors:
             value = math.log(point.value)
         else:
             value = point.value
-        z = _robust_z(
-            value, curve.recent, SPREAD_FLOOR[detector], relative=detector != "grad_explosion"
+        far = _far_above_level(
+            value,
+            curve.recent,
+            SPREAD_FLOOR[detector],
+            relative=detector != "grad_explosion",
+            threshold=rule.threshold,
         )
         curve.recent.append(value)
-        if z is None or z <= rule.threshold:
+        if not far:
             curve.above = 0
             return None
         curve.above += 1
@@ -184,16 +188,24 @@ class RunDetectors:
         )
 
 
-def _robust_z(value: float, recent: deque[float], floor: float, *, relative: bool) -> float | None:
-    """How many robust standard deviations `value` lies above the median of `recent`; None
-    while there are too few points to tell."""
+def _far_above_level(
+    value: float, recent: deque[float], floor: float, *, relative: bool, threshold: float
+) -> bool | None:
+    """Whether `value` lies more than `threshold` robust standard deviations (MAD) above the
+    median of `recent`; None while there are too few points to tell. The spread is at least
+    `least`, so a value less than `threshold * least` above the median is not far whatever
+    the spread: the second sort, for the MAD, is made only when it could matter (a healthy
+    loss is below its recent median half the time and rarely far above it)."""
     if len(recent) < MIN_POINTS:
         return None
     ordered = sorted(recent)
     level = _middle(ordered)
+    least = max(floor * abs(level) if relative else floor, 1e-12)
+    rise = value - level
+    if rise <= threshold * least:
+        return False
     spread = MAD_TO_SIGMA * _middle(sorted(abs(v - level) for v in ordered))
-    least = floor * abs(level) if relative else floor
-    return (value - level) / max(spread, least, 1e-12)
+    return rise / max(spread, least) > threshold
 
 
 def _middle(ordered: list[float]) -> float:
