@@ -31,14 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.health.writers import LiveRun, RunSpec
 
-from _harness import arguments, emit_report, free_port, median, temp_dir
+from _places import free_port  # first of the harness: it puts the repository root on sys.path
+from _processes import temp_dir
+from _reports import arguments, emit_report, median
 from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
 from tbhub.core.processes import ProcessRef, stop_group
 from tbhub.core.settings import Settings, prepare_runtime
 from tbhub.domain.projects import create_project
 from tbhub.health.notify.channels import ChannelInput, create_channel
+
+from tests.health.writers import LiveRun, RunSpec  # isort: skip (needs _places first)
 
 HOST = "127.0.0.1"
 TBHUB = str(Path(sys.executable).parent / "tbhub")
