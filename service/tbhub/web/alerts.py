@@ -19,7 +19,7 @@ from tbhub.core.models import Role, User
 from tbhub.health import incidents, rules
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.web.health import LABELS, shown
-from tbhub.web.render import WebUser, attempt, caller_of, check_form_token, done, form_page
+from tbhub.web.render import WebUser, caller_of, form_page, project_form
 
 router = APIRouter(include_in_schema=False)
 
@@ -128,20 +128,20 @@ def save_rule(
     csrf_token: CsrfField = "",
 ) -> Response:
     """One detector's rule as the form gives it, or (`reset`) back to every default."""
-    check_form_token(request, csrf_token, "alert rule")
-    access = require_project(context.access, caller_of(user), name, Role.owner)
 
-    def save(tx: Session) -> None:
+    def save(access: ProjectAccess, tx: Session) -> None:
+        if detector not in rules.DETECTORS:
+            raise InvalidInput(f"unknown detector {detector[:20]!r}; one of "
+                               f"{', '.join(rules.DETECTORS)}")  # fmt: skip
         change = {} if reset else rule_change(detector, enabled=enabled, tag_regex=tag_regex,
                                               threshold=threshold, window=window,
                                               histograms=histograms)  # fmt: skip
         rules.set_rule(tx, project_id=access.project_id, detector=detector, change=change,
                        actor=user.name, reset=bool(reset))  # fmt: skip
 
-    if detector not in rules.DETECTORS:
-        return _show(request, session, context, user, access,
-                     error=InvalidInput(f"unknown detector {detector[:20]!r}"))  # fmt: skip
-    result = attempt(context.factory, save)
-    if isinstance(result, TbhubError):
-        return _show(request, session, context, user, access, error=result, failed=detector)
-    return done(f"/projects/{name}/alerts#rule-{detector}", "rule_saved")
+    return project_form(
+        request, user, name, csrf_token=csrf_token, what="alert rule", need=Role.owner,
+        action=save, back=f"/projects/{name}/alerts#rule-{detector}", notice="rule_saved",
+        refused=lambda access, error: _show(request, session, context, user, access,
+                                            error=error, failed=detector),
+    )  # fmt: skip

@@ -21,7 +21,15 @@ from tbhub.health.notify import channels
 from tbhub.health.notify.ssrf import URL_MAX
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.web.health import LABELS, KindsField
-from tbhub.web.render import WebUser, attempt, caller_of, check_form_token, done, form_page
+from tbhub.web.render import (
+    WebUser,
+    attempt,
+    caller_of,
+    check_form_token,
+    done,
+    form_page,
+    project_form,
+)
 
 router = APIRouter(include_in_schema=False)
 
@@ -71,15 +79,14 @@ def channels_page(
 def _act(
     request: Request, session: Session, context: AppContext, user: User, project: str, *,
     csrf_token: str, what: str, action: Callable[[Session], object], notice: str,
-    form: dict[str, Any] | None = None,
 ) -> Response:  # fmt: skip
-    """Every form here: its token, the owner check, the action; back to the page."""
-    check_form_token(request, csrf_token, what)
-    access = require_project(context.access, caller_of(user), project, Role.owner)
-    result = attempt(context.factory, action)
-    if isinstance(result, TbhubError):
-        return _show(request, session, context, user, access, error=result, form=form)
-    return done(_page(project), notice)
+    """Every owner's form here but the new channel's; back to the page."""
+    return project_form(
+        request, user, project, csrf_token=csrf_token, what=what, need=Role.owner,
+        action=lambda _access, tx: action(tx), back=_page(project), notice=notice,
+        refused=lambda access, error: _show(request, session, context, user, access,
+                                            error=error),
+    )  # fmt: skip
 
 
 @router.post("/projects/{name}/channels")

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from tbhub.auth.caller import require_project
+from tbhub.auth.caller import ProjectAccess
 from tbhub.core.bounds import TOKEN_MAX
 from tbhub.core.errors import TbhubError
 from tbhub.core.models import Role, User
@@ -19,7 +19,7 @@ from tbhub.domain.projects import visible_projects
 from tbhub.health.notify import channels
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.web.health import LABELS, KindsField
-from tbhub.web.render import WebUser, attempt, caller_of, check_form_token, done, form_page
+from tbhub.web.render import WebUser, form_page, project_form
 
 router = APIRouter(include_in_schema=False)
 
@@ -64,17 +64,17 @@ def save_preference(
     csrf_token: CsrfField = "",
 ) -> Response:
     """Email from this project (`save`), or no more (`stop`)."""
-    check_form_token(request, csrf_token, "email preference")
-    require_project(context.access, caller_of(user), name, Role.viewer)
 
-    def run(tx: Session) -> object:
+    def run(_access: ProjectAccess, tx: Session) -> object:
         if action == "stop":
             return channels.delete_preference(tx, user_id=user.id, project=name)
         return channels.set_preference(tx, context.settings, user_id=user.id, project=name,
                                        address=address.strip() or None, detectors=detectors,
                                        own_runs_only=own_runs_only)  # fmt: skip
 
-    result = attempt(context.factory, run)
-    if isinstance(result, TbhubError):
-        return _show(request, session, context, user, error=result, failed=name)
-    return done(PAGE, "email_removed" if action == "stop" else "email_saved")
+    return project_form(
+        request, user, name, csrf_token=csrf_token, what="email preference", need=Role.viewer,
+        action=run, back=PAGE, notice="email_removed" if action == "stop" else "email_saved",
+        refused=lambda _access, error: _show(request, session, context, user, error=error,
+                                             failed=name),
+    )  # fmt: skip

@@ -15,7 +15,7 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.auth.caller import Caller
+from tbhub.auth.caller import Caller, ProjectAccess, require_project
 from tbhub.core.db import transaction
 from tbhub.core.errors import (
     AmbiguousSession,
@@ -24,7 +24,7 @@ from tbhub.core.errors import (
     NotAuthenticated,
     TbhubError,
 )
-from tbhub.core.models import User
+from tbhub.core.models import Role, User
 from tbhub.http.csrf import binding_of, new_nonce
 from tbhub.http.deps import AppContext, OptionalUser, get_optional_user
 from tbhub.http.templating import render
@@ -164,6 +164,22 @@ def attempt(factory: sessionmaker[Session], action: Callable[[Session], T]) -> T
             return action(session)
     except TbhubError as exc:
         return exc
+
+
+def project_form(
+    request: Request, user: User, project: str, *, csrf_token: str, what: str, need: Role,
+    action: Callable[[ProjectAccess, Session], object], back: str, notice: str,
+    refused: Callable[[ProjectAccess, TbhubError], Response],
+) -> Response:  # fmt: skip
+    """A project page's form: its token, the role the API asks for the same action, the
+    action (`attempt`); back to `back` with the notice, or, refused, `refused` shows why."""
+    check_form_token(request, csrf_token, what)
+    app: AppContext = request.app.state.context
+    access = require_project(app.access, caller_of(user), project, need)
+    result = attempt(app.factory, lambda session: action(access, session))
+    if isinstance(result, TbhubError):
+        return refused(access, result)
+    return done(back, notice)
 
 
 def chosen(

@@ -5,7 +5,6 @@ links into the board filtered to the run."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from tbhub.core.names import one_of
 from tbhub.domain.overview import board_detail, board_state, run_state
 from tbhub.domain.runs import SORTS, RunFilter, get_run, page_runs, run_history
 from tbhub.domain.sparkline import sparkline_svg
+from tbhub.health.incidents import run_filter
 from tbhub.housekeeping import retention
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.run_files import RunFile, list_run_files
@@ -41,15 +41,13 @@ SUGGEST_FROM = 500  # the filter boxes suggest the groups and tags of this many 
 RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 Sort = Literal["created", "name", "status", "last_write", "size"]
 Order = Literal["asc", "desc"]
-# TensorBoard's run filters are JavaScript regexes: these characters need a backslash.
-REGEX_SPECIAL = re.compile(r"([\\^$.*+?()[\]{}|/])")
 
 
 def board_filter_links(project: str, run_path: str) -> dict[str, str]:
     """Links into the project's board showing only this run (and the runs below it, e.g.
     train/ and validation/): TensorBoard's time series dashboard reads the `runFilter`
     query parameter, the older scalars dashboard `regexInput` in the URL's fragment."""
-    regex = "^" + REGEX_SPECIAL.sub(r"\\\1", run_path) + "(/|$)"
+    regex = run_filter(run_path)  # a JavaScript regex, as TensorBoard reads it
     base = board_prefix(project) + "/"
     return {
         "timeseries": f"{base}?{urlencode({'runFilter': regex})}#timeseries",
