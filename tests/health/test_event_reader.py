@@ -139,7 +139,7 @@ def test_a_rewritten_or_truncated_file_is_read_again_from_the_start(
     assert follower.read(1 << 30).scalars == []  # and never read twice after that
 
 
-@pytest.mark.parametrize("before", [1, 150])  # few frames: checked one by one; many: batched
+@pytest.mark.parametrize("before", [1, 150])  # a bad frame first, or after many good ones
 def test_a_bad_frame_is_retried_and_skipped_once_it_stays_bad(tmp_path: Path, before: int) -> None:
     run = tmp_path / PROJECT / "bad"
     run.mkdir(parents=True)
