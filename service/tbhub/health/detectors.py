@@ -15,10 +15,10 @@ The run-level detectors (stalled, crashed, finished) look at the runs table (mon
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from statistics import median
 
 from tbhub.health.rules import RuleSet
 from tbhub.storage.event_reader import HistogramPoint, ScalarPoint
@@ -55,7 +55,8 @@ def value_text(value: float | None) -> str | None:
 
 @dataclass
 class _Curve:
-    recent: deque[float]
+    recent: deque[float]  # the last `window` values, in order ...
+    ordered: list[float] = field(default_factory=list)  # ... and the same values sorted
     above: int = 0  # points in a row far above the level
     best: float | None = None  # plateau: the lowest value so far ...
     best_step: int = 0  # ... and where it was reached
@@ -142,19 +143,19 @@ class RunDetectors:
             value = point.value
         far = _far_above_level(
             value,
-            curve.recent,
+            curve.ordered,
             SPREAD_FLOOR[detector],
             relative=detector != "grad_explosion",
             threshold=rule.threshold,
         )
-        curve.recent.append(value)
+        _remember(curve, value)
         if not far:
             curve.above = 0
             return None
         curve.above += 1
         if curve.above < PATIENCE[detector]:
             return None
-        level = median(curve.recent)
+        level = _middle(curve.ordered)
         shown = math.exp(level) if detector == "grad_explosion" else level
         what = "diverging" if detector == "divergence" else "exploding"
         return Detection(
@@ -188,17 +189,28 @@ class RunDetectors:
         )
 
 
+def _remember(curve: _Curve, value: float) -> None:
+    """Add a value to the curve's window, kept sorted as it goes (a bisection and one move
+    of memory per point, where sorting the window for each point cost the detectors most of
+    their time); the value leaving the window leaves the sorted list too. Values are finite."""
+    recent, ordered = curve.recent, curve.ordered
+    if len(recent) == recent.maxlen:
+        del ordered[bisect_left(ordered, recent[0])]
+    recent.append(value)
+    insort(ordered, value)
+
+
 def _far_above_level(
-    value: float, recent: deque[float], floor: float, *, relative: bool, threshold: float
+    value: float, ordered: list[float], floor: float, *, relative: bool, threshold: float
 ) -> bool | None:
     """Whether `value` lies more than `threshold` robust standard deviations (MAD) above the
-    median of `recent`; None while there are too few points to tell. The spread is at least
+    median of the recent values (`ordered`, sorted); None while there are too few points to
+    tell. The spread is at least
     `least`, so a value less than `threshold * least` above the median is not far whatever
     the spread: the second sort, for the MAD, is made only when it could matter (a healthy
     loss is below its recent median half the time and rarely far above it)."""
-    if len(recent) < MIN_POINTS:
+    if len(ordered) < MIN_POINTS:
         return None
-    ordered = sorted(recent)
     level = _middle(ordered)
     least = max(floor * abs(level) if relative else floor, 1e-12)
     rise = value - level

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tbhub.core.errors import UnsafePath
+from tbhub.storage.event_decode import Decoded, decode_event
 from tbhub.storage.frame_check import first_bad, frames, header_ok, masked
 from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.run_files import opened_run, walk_files
@@ -261,17 +262,18 @@ class RunFollower:
             for index, (start, length) in enumerate(found):
                 if index == bad:
                     break
-                try:
-                    event = Event.FromString(
-                        data[start + HEADER_BYTES : start + HEADER_BYTES + length]
-                    )
-                except DecodeError:
-                    bad = index
-                    break
+                body = start + HEADER_BYTES
+                decoded = decode_event(data, body, body + length)
+                if decoded is None or not self._decoded(reading, prefix, decoded):
+                    try:  # not the common shape: the protobuf classes read it
+                        event = Event.FromString(data[body : body + length])
+                    except DecodeError:
+                        bad = index
+                        break
+                    if event.HasField("summary"):
+                        self._values(reading, prefix, event)
                 state.bad_at = None
                 pos = start + length + RECORD_OVERHEAD
-                if event.HasField("summary"):
-                    self._values(reading, prefix, event)
             if bad is None:
                 if torn_header is not None:  # a length failing its CRC: where it ends is unknown
                     self._bad_frame(state, state.offset + torn_header, skippable=False)
@@ -297,6 +299,35 @@ class RunFollower:
             return True
         return False
 
+    def _plugin(self, curve: str, name: str) -> str:
+        """The plugin of a curve's TF2 tensors: named in the metadata of its first value."""
+        if name:
+            self.plugins[curve] = name
+            return name
+        return self.plugins.get(curve, "")
+
+    def _decoded(self, reading: Reading, prefix: str, decoded: Decoded) -> bool:
+        """Add what storage/event_decode.py read of a record; False (nothing added) when a
+        value needs the protobuf parse: a scalar tensor of another layout, or a histogram
+        tensor while histograms are asked for."""
+        wall_time, step, values = decoded
+        if not values:
+            return True
+        points = []
+        for tag, plugin, number in values:
+            curve = prefix + tag
+            if plugin is not None:  # a tensor
+                plugin = self._plugin(curve, plugin)
+                if plugin == HISTOGRAMS_PLUGIN and self.histograms:
+                    return False
+                if plugin != SCALARS_PLUGIN:
+                    continue
+                if number is None:
+                    return False
+            points.append(_make_point(ScalarPoint, (curve, step, wall_time, number)))
+        reading.scalars += points
+        return True
+
     def _values(self, reading: Reading, prefix: str, event: Any) -> None:
         step, wall_time = event.step, event.wall_time  # an int and a float already
         for value in event.summary.value:
@@ -306,11 +337,7 @@ class RunFollower:
                 reading.scalars.append(_make_point(ScalarPoint, point))
             elif kind == "tensor":
                 curve = prefix + value.tag
-                plugin = value.metadata.plugin_data.plugin_name
-                if plugin:
-                    self.plugins[curve] = plugin
-                else:
-                    plugin = self.plugins.get(curve, "")
+                plugin = self._plugin(curve, value.metadata.plugin_data.plugin_name)
                 if plugin == SCALARS_PLUGIN:
                     number = _tensor_scalar(value.tensor)
                     if number is not None:
