@@ -205,10 +205,10 @@ def _far_above_level(
 ) -> bool | None:
     """Whether `value` lies more than `threshold` robust standard deviations (MAD) above the
     median of the recent values (`ordered`, sorted); None while there are too few points to
-    tell. The spread is at least
-    `least`, so a value less than `threshold * least` above the median is not far whatever
-    the spread: the second sort, for the MAD, is made only when it could matter (a healthy
-    loss is below its recent median half the time and rarely far above it)."""
+    tell. The spread is at least `least`, so a value less than `threshold * least` above the
+    median is not far whatever the spread: the second sort, for the MAD, is made only when it
+    could matter (a healthy loss is below its recent median half the time and rarely far
+    above it)."""
     if len(ordered) < MIN_POINTS:
         return None
     level = _middle(ordered)

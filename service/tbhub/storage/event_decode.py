@@ -100,18 +100,19 @@ def _text(tag: bytes) -> str:
 
 
 def _step(varint: bytes) -> int:
-    """A step's varint, whole (the pattern above found where it ends), as a signed int64."""
+    """A step's varint, whole (the pattern above found where it ends), as a signed int64;
+    the one- and two-byte steps most runs write are read without the general loop."""
     size = len(varint)
     if size == 1:
         return varint[0]
     if size == 2:
         return (varint[0] & 0x7F) | varint[1] << 7
-    step = 0
-    for byte in reversed(varint):
-        step = (step << 7) | (byte & 0x7F)
-    if step >> 64:
-        raise _Decline
-    return step - (1 << 64) if step >= 1 << 63 else step
+    return _signed64(_varint(varint, 0, size)[0])
+
+
+def _signed64(value: int) -> int:
+    """An int64 field's varint value (two's complement in 64 bits) as protobuf reads it."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -133,9 +134,8 @@ def _event(data: bytes, pos: int, end: int) -> Decoded:
             wall_time = _DOUBLE(data, pos)[0]
             pos += 8
         elif key == 0x10:  # 2 step, varint
-            step, pos = _varint(data, pos, end)
-            if step >= 1 << 63:
-                step -= 1 << 64
+            varint, pos = _varint(data, pos, end)
+            step = _signed64(varint)
         elif key == 0x2A and values is None:  # 5 summary (a second one would be merged)
             first, pos = _length(data, pos, end)
             values = _summary(data, first, pos)
@@ -163,7 +163,7 @@ def _value(data: bytes, pos: int, end: int) -> Value | None:
         pos += 1
         if key == 0x0A:  # 1 tag
             first, pos = _length(data, pos, end)
-            tag = data[first:pos].decode()
+            tag = _text(data[first:pos])
         elif key == 0x15 and kind != 8:  # 2 simple_value, fixed32 (the oneof's last wins)
             if pos + 4 > end:
                 raise _Decline
