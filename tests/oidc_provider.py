@@ -18,7 +18,8 @@ from urllib.parse import urljoin
 import httpx
 
 from tbhub.core.processes import ProcessRef, stop_group
-from tests.e2e.harness import free_port, wait_until
+from tests.e2e.harness import wait_until
+from tests.ports import free_port
 
 PROVIDER_DIR = Path(__file__).parent / "oidc"
 CLIENT_ID = "tbhub-test"

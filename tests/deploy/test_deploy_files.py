@@ -17,7 +17,8 @@ import yaml
 from tbhub.core.settings import Settings, load_settings
 from tbhub.serve.nginx import find_nginx
 from tests.deploy.sites import DEPLOY, runnable_site
-from tests.e2e.harness import TBHUB, free_port
+from tests.e2e.harness import TBHUB
+from tests.ports import free_port
 
 REPO = DEPLOY.parent
 UNIT = DEPLOY / "systemd" / "tbhub@.service"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,9 @@ from tbhub.domain.projects import create_project
 from tbhub.domain.users import create_user, get_user
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
 from tests.forms import csrf_header, post_sign_in
+from tests.ports import free_port
 
 TBHUB = str(Path(sys.executable).with_name("tbhub"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], object], *, timeout: float, what: str) -> object:

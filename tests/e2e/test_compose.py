@@ -30,9 +30,10 @@ from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor.backends.containers import INSTALLATION, PROJECT
 from tests.deploy.sites import self_signed
 from tests.e2e.containers import remove_labelled
-from tests.e2e.harness import free_port, wait_until
+from tests.e2e.harness import wait_until
 from tests.e2e.test_boards import wait_for_board
 from tests.forms import post_sign_in
+from tests.ports import free_port
 
 REPO = Path(__file__).parents[2]
 COMPOSE_LABEL = "com.docker.compose.project"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import TbhubServer, free_port
+from tests.e2e.harness import TbhubServer
+from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
 PASSWORD = "a-long-enough-password"

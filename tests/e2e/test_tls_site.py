@@ -19,9 +19,10 @@ from tbhub.core.processes import ProcessRef, stop_group
 from tbhub.serve.nginx import find_nginx
 from tbhub.storage.sample_logs import write_project
 from tests.deploy.sites import runnable_site
-from tests.e2e.harness import TbhubServer, free_port, wait_until
+from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import wait_for_board
 from tests.forms import post_sign_in
+from tests.ports import free_port
 
 # The browser connects from another loopback address than the TLS site's own, so the test
 # can tell the two apart in what tbhub records.

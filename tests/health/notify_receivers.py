@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import hmac
 import ipaddress
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from typing import Any, TypeVar
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+
+from tests.ports import free_port
 
 T = TypeVar("T")
 
@@ -108,12 +109,6 @@ def signature_ok(secret: str, request: Received, *, max_age: float = 300) -> boo
 
 
 # -- SMTP -------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

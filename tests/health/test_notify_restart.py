@@ -13,9 +13,10 @@ from sqlalchemy import select
 
 from tbhub.core.models import Delivery, Incident, NotificationChannel, Project
 from tbhub.health.notify.outbox import enqueue
-from tests.e2e.harness import TbhubServer, free_port, wait_until
+from tests.e2e.harness import TbhubServer, wait_until
 from tests.health.notify_receivers import WebhookReceiver, signature_ok
 from tests.health.writers import RunSpec, write_run
+from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -24,6 +24,7 @@ from tbhub.housekeeping import backup
 from tbhub.housekeeping.snapshots import classify, parse_name, snapshot_name
 from tbhub.housekeeping.targets import Target, TargetUnreachable
 from tests.housekeeping.conftest import fill_storage, tree_digest
+from tests.ports import free_port
 
 runner = CliRunner()
 
@@ -274,14 +275,6 @@ def test_a_full_target_marks_the_run_failed_and_keeps_earlier_snapshots(
     assert last.state == "failed" and "is full" in (last.error or "")
 
 
-def closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # nothing listens once the socket closes
-
-
 def test_an_unreachable_target_is_retried_with_backoff_and_reported(
     factory: sessionmaker[Session], jobs_settings: Settings, project: str
 ) -> None:
@@ -290,7 +283,7 @@ def test_an_unreachable_target_is_retried_with_backoff_and_reported(
     fill_storage(jobs_settings, runs=1)
     jobs_settings.backup_target = "nobody@127.0.0.1:/nonexistent"
     jobs_settings.backup_ssh_command = (
-        f"ssh -p {closed_port()} -o BatchMode=yes -o ConnectTimeout=2 "
+        f"ssh -p {free_port()} -o BatchMode=yes -o ConnectTimeout=2 "
         "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
     )
     jobs_settings.backup_retries = 2

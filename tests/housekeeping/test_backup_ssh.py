@@ -17,14 +17,9 @@ from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
 from tests.housekeeping.conftest import fill_storage, tree_digest
 from tests.housekeeping.test_backup import age_by_a_day
+from tests.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

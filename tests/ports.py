@@ -1,0 +1,42 @@
+"""Ports the tests choose for servers they start.
+
+A port taken from the kernel (`bind(("127.0.0.1", 0))`) and released is free only until
+someone else asks: another pytest worker, or a board the kernel also gives ports from its
+ephemeral range, may get it before our server binds it, and the test then talks to a
+stranger. So each worker draws from its own slice of the ports below the ephemeral range
+(which starts at 32768 here and on Linux by default), walking it in order and skipping a
+port something already holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+
+FIRST, LAST = 10_000, 32_000  # below the kernel's ephemeral range
+
+
+def _slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    width = (LAST - FIRST) // max(count, index + 1)
+    start = FIRST + index * width
+    return range(start, start + width)
+
+
+_candidates = itertools.cycle(_slice())
+
+
+def free_port() -> int:
+    """A loopback port of this worker's slice that nothing listens on now."""
+    for _ in range(len(_slice())):
+        port = next(_candidates)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("every port of this worker's slice is taken; stop stray test servers")
