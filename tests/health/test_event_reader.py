@@ -17,6 +17,7 @@ from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tbhub.storage.event_reader import (
+    RELIST_SECONDS,
     RETRY_SECONDS,
     SKIP_AFTER_SECONDS,
     RunFollower,
@@ -211,3 +212,64 @@ def test_a_run_that_is_a_symlink_reads_as_nothing(
     (tmp_path / PROJECT / "escape").symlink_to(real_runs["x-healthy"].run_dir)
     reading = RunFollower(tmp_path, PROJECT, "escape").read(1 << 20)
     assert reading.scalars == [] and reading.bytes_read == 0
+
+
+def healthy_run(real_runs: dict[str, Written], storage: Path, name: str) -> tuple[bytes, Path]:
+    """A run directory `name` holding a copy of a healthy run's event file."""
+    whole = only_file(real_runs["x-healthy"].run_dir).read_bytes()
+    run = storage / PROJECT / name
+    run.mkdir(parents=True)
+    (run / "events.out.tfevents.1.host").write_bytes(whole)
+    return whole, run
+
+
+def _age(directory: Path, seconds: float) -> int:
+    """Set the directory's mtime `seconds` into the past; the new mtime in ns."""
+    old = os.stat(directory).st_mtime_ns - int(seconds * 1e9)
+    os.utime(directory, ns=(old, old))
+    return old
+
+
+def test_a_run_directory_is_listed_again_when_a_file_or_subdirectory_appears(
+    real_runs: dict[str, Written], tmp_path: Path
+) -> None:
+    whole, run = healthy_run(real_runs, tmp_path, "grows")
+    _age(run, 60)  # listed long after its mtime: the listing is trusted
+    follower = RunFollower(tmp_path, PROJECT, "grows")
+    first = follower.read(1 << 30)
+    assert first.scalars and follower.listings[""].trusted
+    (run / "events.out.tfevents.2.host").write_bytes(whole)  # a second writer: mtime moves
+    second = follower.read(1 << 30)
+    assert keyed(second.scalars) == keyed(first.scalars)
+    _age(run, 60)
+    (run / "train").mkdir()  # Keras-style: the new curves are in a subdirectory
+    _age(run, 60)
+    follower.read(1 << 30)
+    (run / "train" / "events.out.tfevents.3.host").write_bytes(whole)
+    third = follower.read(1 << 30)
+    assert {p.tag for p in third.scalars} == {"train/" + p.tag for p in first.scalars}
+
+
+def test_a_listing_is_not_trusted_near_its_mtime_and_is_renewed_after_relist_seconds(
+    real_runs: dict[str, Written], tmp_path: Path
+) -> None:
+    """A filesystem with coarse times can add a file and leave the directory's mtime as it
+    was: a listing made within two seconds of the mtime is made again each read, and a
+    trusted one at the latest after RELIST_SECONDS."""
+    whole, run = healthy_run(real_runs, tmp_path, "coarse")
+    now = [1000.0]
+    follower = RunFollower(tmp_path, PROJECT, "coarse", clock=lambda: now[0])
+    assert follower.read(1 << 30).scalars
+    assert not follower.listings[""].trusted  # the mtime is from just now
+    mtime = os.stat(run).st_mtime_ns
+    (run / "events.out.tfevents.2.host").write_bytes(whole)
+    os.utime(run, ns=(mtime, mtime))  # the same tick: the mtime did not move
+    assert follower.read(1 << 30).scalars  # listed again all the same
+    mtime = _age(run, 60)
+    follower.read(1 << 30)
+    assert follower.listings[""].trusted
+    (run / "events.out.tfevents.3.host").write_bytes(whole)
+    os.utime(run, ns=(mtime, mtime))
+    assert follower.read(1 << 30).scalars == []  # trusted, and the mtime says nothing moved
+    now[0] += RELIST_SECONDS
+    assert follower.read(1 << 30).scalars  # listed again: the third file is found

@@ -70,6 +70,7 @@ class RunDetectors:
     rules: RuleSet
     curves: dict[tuple[str, str], _Curve] = field(default_factory=dict)
     _matches: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _plans: dict[str, tuple[bool, tuple[str, ...], bool]] = field(default_factory=dict)
 
     def matches(self, detector: str, tag: str) -> bool:
         key = (detector, tag)
@@ -82,11 +83,26 @@ class RunDetectors:
             )
         return hit
 
+    def _plan(self, tag: str) -> tuple[bool, tuple[str, ...], bool]:
+        """What looks at a curve: nan, the level detectors, plateau; worked out once a tag
+        (a run's points are many, its tags few)."""
+        plan = self._plans.get(tag)
+        if plan is None:
+            levels = tuple(d for d in ("divergence", "grad_explosion") if self.matches(d, tag))
+            plan = self._plans[tag] = (
+                self.matches("nan", tag),
+                levels,
+                self.matches("plateau", tag),
+            )
+        return plan
+
     def feed(self, points: Iterable[ScalarPoint]) -> list[Detection]:
         found: list[Detection] = []
+        isfinite = math.isfinite
         for point in points:
-            if not math.isfinite(point.value):
-                if self.matches("nan", point.tag):
+            nan, levels, plateau = self._plan(point.tag)
+            if not isfinite(point.value):
+                if nan:
                     found.append(
                         Detection(
                             "nan",
@@ -98,12 +114,11 @@ class RunDetectors:
                         )
                     )
                 continue
-            for detector in ("divergence", "grad_explosion"):
-                if self.matches(detector, point.tag):
-                    hit = self._far_above(detector, point)
-                    if hit is not None:
-                        found.append(hit)
-            if self.matches("plateau", point.tag):
+            for detector in levels:
+                hit = self._far_above(detector, point)
+                if hit is not None:
+                    found.append(hit)
+            if plateau:
                 hit = self._plateau(point)
                 if hit is not None:
                     found.append(hit)

@@ -314,9 +314,14 @@ class HealthMonitor:
             if watched is None:
                 continue  # a directory with no run row (yet): nothing to raise on
             rules = self.rules(watched.project_id)
-            if reading.reset or watched.detectors is None or watched.detectors.rules != rules:
-                watched.detectors = RunDetectors(rules)
             detectors = watched.detectors
+            if detectors is not None and detectors.rules is not rules:
+                if detectors.rules != rules:  # an owner changed them (reloaded, not the same)
+                    detectors = None
+                else:
+                    detectors.rules = rules
+            if reading.reset or detectors is None:
+                detectors = watched.detectors = RunDetectors(rules)
             found.extend((watched, d) for d in detectors.feed(reading.scalars))
             found.extend((watched, d) for d in detectors.feed_histograms(reading.histograms))
         return found

@@ -56,10 +56,16 @@ class RunTable:
             )
         recent = now - LATE
         status = select(RunEvent).where(RunEvent.kind == "status").order_by(RunEvent.id)
-        late = status.where(RunEvent.id <= self._cursor, RunEvent.at >= recent)
+        # The late ones by id first: a job array's registrations are a minute of history
+        # looked at again each pass, and all but a few were seen already.
+        late_ids = select(RunEvent.id).where(
+            RunEvent.kind == "status", RunEvent.id <= self._cursor, RunEvent.at >= recent
+        )
+        unseen = [i for i in session.scalars(late_ids) if i not in self._seen_events]
+        late = status.where(RunEvent.id.in_(unseen[:EVENTS_PER_PASS]))
         newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
         raised = 0
-        for event in [*session.scalars(late), *session.scalars(newer)]:
+        for event in [*(session.scalars(late) if unseen else ()), *session.scalars(newer)]:
             if event.id in self._seen_events:
                 continue
             self._seen_events[event.id] = event.at

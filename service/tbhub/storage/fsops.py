@@ -52,7 +52,9 @@ def open_dir(path: Path) -> int:
 
 def open_below(dir_fd: int, parts: list[str], *, create: bool = False) -> int:
     """Descend `parts` from `dir_fd` without following any symlink; a new fd to close."""
-    fd = os.dup(dir_fd)
+    if not parts:
+        return os.dup(dir_fd)
+    fd = dir_fd  # not ours to close until the first step is taken
     try:
         for part in parts:
             if create:
@@ -67,11 +69,13 @@ def open_below(dir_fd: int, parts: list[str], *, create: bool = False) -> int:
                         "refusing to follow it"
                     ) from None
                 raise
-            os.close(fd)
+            if fd != dir_fd:
+                os.close(fd)
             fd = child
         return fd
     except BaseException:
-        os.close(fd)
+        if fd != dir_fd:
+            os.close(fd)
         raise
 
 
