@@ -146,6 +146,84 @@ def test_projector_is_off_by_default_and_a_project_can_opt_back_in(
         backend.stop(instance)
 
     backend.start(replace(spec, plugins=("projector",)))
-    on = answers(ready_board(backend))
+    board = ready_board(backend)
+    on = answers(board)
     assert "projector" in on["data/plugins_listing"].json(), "opted in: the plugin loads"
     assert on["data/plugin/projector/runs"].status_code == 200
+    for url, response in on.items():
+        assert PASSWD_LINE not in response.text, url
+        assert "another project's data" not in response.text, url
+    state = backend._read_state(board.instance_id)
+    assert state is not None
+    status = Path(f"/proc/{state.pid}/status").read_text()
+    assert "NoNewPrivs:\t1" in status, "the board confined itself (Landlock) before loading it"
+
+
+CONFINED = """
+import json, os, sys
+from tensorboard.plugins.projector import projector_plugin
+from tbhub.supervisor.board_process import confine_or_disable
+left_out = confine_or_disable(["--logdir", sys.argv[1]])
+import fractions  # Python's own modules still load
+seen = {}
+for path in sys.argv[2:]:
+    try:
+        seen[path] = projector_plugin._read_tensor_tsv_file(path).tolist()
+    except PermissionError:
+        seen[path] = "denied"
+print(json.dumps({"left_out": sorted(left_out), "seen": seen}))
+"""
+
+
+def confined_reads(*paths: Path, env: dict[str, str] | None = None) -> dict[str, object]:
+    """What TensorBoard's projector reads of `paths` in a process confined to `paths[0]`'s
+    directory as a board is (a fresh interpreter: Landlock cannot be undone)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    logdir = paths[0].parent
+    done = subprocess.run(
+        [sys.executable, "-c", CONFINED, str(logdir), *map(str, paths[1:])],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    result["stderr"] = done.stderr
+    return result
+
+
+def test_a_confined_board_reads_its_logdir_and_nothing_of_other_projects_or_etc(
+    tmp_path: Path,
+) -> None:
+    """The kernel holds a board that loads the projector to its logdir (Landlock): whatever
+    a `projector_config.pbtxt` names, and whatever TensorBoard's own path check lets by
+    (a directory swapped for a symlink after it, #7119), nothing else opens."""
+    vision = tmp_path / "storage" / "vision" / "run"
+    vision.mkdir(parents=True)
+    (vision / "tensors.tsv").write_text("1\t2\n3\t4\n")
+    secret = tmp_path / "storage" / "other" / "run" / "secret.tsv"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("5\t6\n")
+    result = confined_reads(vision / "anchor", vision / "tensors.tsv", secret, Path("/etc/passwd"))
+    assert result["left_out"] == []
+    seen = result["seen"]
+    assert isinstance(seen, dict)
+    assert seen[str(vision / "tensors.tsv")] == [[1.0, 2.0], [3.0, 4.0]]
+    assert seen[str(secret)] == "denied"
+    assert seen["/etc/passwd"] == "denied"
+
+
+def test_a_container_board_is_held_by_its_mounts_and_not_confined_again(tmp_path: Path) -> None:
+    """Inside a container (TBHUB_BOARD_CONTAINED=mounts) only the project is mounted: the
+    launcher leaves the process as it is, and everything the container sees stays readable."""
+    (tmp_path / "run").mkdir()
+    outside = tmp_path / "outside.tsv"
+    outside.write_text("1\t2\n")
+    result = confined_reads(
+        tmp_path / "run" / "anchor", outside, env={"TBHUB_BOARD_CONTAINED": "mounts"}
+    )
+    assert result["left_out"] == []
+    seen = result["seen"]
+    assert isinstance(seen, dict) and seen[str(outside)] == [[1.0, 2.0]]

@@ -178,3 +178,28 @@ def test_admin_board_set_refuses_bad_input_clearly(
     assert code == 1 and err.startswith("error:") and message in err
     code, out, _ = tbhub("admin", "board", "status", "vision", "--json")
     assert json.loads(out)["settings"]["reload_interval"] is None
+
+
+def test_the_projector_is_refused_where_boards_cannot_be_confined(
+    client: TestClient,
+    factory: sessionmaker[Session],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host whose kernel has no Landlock (the probe answers 0) cannot hold a board process
+    to its project, so the projector is refused there with what to do; containers see their
+    project alone and may have it."""
+    import tbhub.supervisor.board_settings as board_settings
+
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    monkeypatch.setattr(board_settings, "landlock_abi", lambda: 0)
+    refused = client.put("/api/v1/projects/vision/board/settings", json={"plugins": ["projector"]})
+    assert refused.status_code == 422, refused.text
+    message = refused.json()["error"]["message"]
+    assert "no Landlock" in message and "TBHUB_BOARD_BACKEND=docker" in message
+    with factory() as session:
+        assert session.scalar(select(BoardSettings)) is None
+    monkeypatch.setattr(settings, "board_backend", "docker")
+    taken = client.put("/api/v1/projects/vision/board/settings", json={"plugins": ["projector"]})
+    assert taken.status_code == 200 and taken.json()["settings"]["plugins"] == ["projector"]

@@ -58,7 +58,7 @@ def running_hub(root: Path) -> Iterator[Hub]:
             set_membership(session, project="vision", user="bob", role=Role.editor, actor="test")
             # The board picks up new event files within 2 s instead of the default 30 s.
             update_settings(session, project="vision", change=SettingsChange(reload_interval=2),
-                            actor="test", now=datetime.now(UTC))  # fmt: skip
+                            actor="test", now=datetime.now(UTC), backend="subprocess")  # fmt: skip
             bob = get_user(session, name="bob")
             _, write = create_token(session, user=bob, name="job", scope=TokenScope.write,
                                     projects=["vision"], expires_at=None, actor="test")  # fmt: skip

@@ -76,7 +76,8 @@ def put_settings(
 ) -> dict[str, Any]:
     """Change settings; a change to the process restarts the board blue/green."""
     require_project(context.access, caller, name, Role.owner)
-    update_settings(session, project=name, change=body.change(), actor=caller.name, now=_now())
+    update_settings(session, project=name, change=body.change(), actor=caller.name, now=_now(),
+                    backend=context.settings.board_backend)  # fmt: skip
     context.wake_supervisor()
     return describe_board(session, get_project(session, name=name), context.settings)
 

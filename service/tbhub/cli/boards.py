@@ -124,8 +124,10 @@ def board_stop(project: str, as_json: bool = JsonOption) -> None:
 
 
 def _set(project: str, change: SettingsChange, as_json: bool) -> None:
-    with db_session(runtime_settings()) as session:
-        result = update_settings(session, project=project, change=change, actor=ACTOR, now=_now())
+    settings = runtime_settings()
+    with db_session(settings) as session:
+        result = update_settings(session, project=project, change=change, actor=ACTOR,
+                                 now=_now(), backend=settings.board_backend)  # fmt: skip
     emit_line({"project": project, "settings": result}, f"{project}: {format_value(result)}",
               as_json=as_json, markup=False)  # fmt: skip
 

@@ -6,16 +6,21 @@ backend's exec) and any in-process start (a forked child calls `run_board(args)`
 
 The launcher adds what plain `tensorboard` cannot do from flags:
 - plugins that are off by default stay unloaded unless the project opted in: the projector
-  reads `model_checkpoint_path` outside the logdir (TensorBoard #7119, still open);
+  reads `model_checkpoint_path` outside the logdir (TensorBoard #7119, still open), so a
+  board that loads it first gives up, through Landlock, reading any file outside its logdir
+  and what Python and TensorBoard need (`confine_reads`); where the kernel cannot do that
+  the projector stays off and the board's log says why;
 - the soft RLIMIT_NOFILE is raised to the hard one: RustBoard keeps one descriptor per live
   event file (TensorBoard #4955).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_image.py)
@@ -26,6 +31,88 @@ OFF_BY_DEFAULT_PLUGINS = {
     "projector": "reads checkpoint files outside the logdir (TensorBoard #7119)",
 }
 DISABLE_FLAG = "--tbhub_disable_plugins"
+CONFINED_PLUGINS = {"projector"}  # loaded only into a board that cannot read outside its logdir
+CONTAINED_ENV = "TBHUB_BOARD_CONTAINED"  # "mounts": a container that sees its project alone
+
+# Landlock (Linux 5.13+, unprivileged): the syscalls, the same number on every architecture,
+# and the two rights a board gives up outside the paths it keeps.
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_PR_SET_NO_NEW_PRIVS = 38
+# What Python, its libraries and TensorBoard read while a board serves, besides the logdir
+# and Python's own directories: no other process's /proc, no temporary directory (where
+# other projects may live), nothing else of /etc (no /etc/passwd).
+SYSTEM_READ_PATHS = (
+    "/usr", "/lib", "/lib64", "/lib32",
+    "/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu",
+    "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/shm",
+    "/etc/ld.so.cache", "/etc/localtime", "/etc/mime.types", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl", "/etc/ca-certificates",
+)  # fmt: skip
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _syscall(number: int, *args: object) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = int(libc.syscall(ctypes.c_long(number), *args))
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"Landlock: {os.strerror(code)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when it has none (too old, or not enabled)."""
+    try:
+        return _syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(
+            _CREATE_RULESET_VERSION))  # fmt: skip
+    except OSError:
+        return 0
+
+
+def read_roots(logdir: str) -> list[str]:
+    """What a confined board may still read: its logdir, Python's directories and module
+    paths, and `SYSTEM_READ_PATHS`. /proc/self is this process's own (Landlock holds the
+    directory it names when the rule is made)."""
+    python = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path}
+    paths = [logdir, *sorted(p for p in python if p), *SYSTEM_READ_PATHS]
+    return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
+
+
+def confine_reads(roots: Iterable[str]) -> None:
+    """From now on this process and its children read files and list directories beneath
+    `roots` only (Landlock); writing is left as it was. OSError when the kernel cannot."""
+    handled = _READ_FILE | _READ_DIR
+    attr = _RulesetAttr(handled)
+    ruleset = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                       ctypes.c_uint32(0))  # fmt: skip
+    try:
+        for root in roots:
+            fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rights = handled if os.path.isdir(root) else _READ_FILE
+                rule = _PathBeneath(rights, fd)
+                _syscall(_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                         ctypes.byref(rule), ctypes.c_uint32(0))  # fmt: skip
+            finally:
+                os.close(fd)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0),
+                      ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # fmt: skip
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        _syscall(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
 
 
 def tensorboard_flags(spec: BoardSpec, *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
@@ -86,6 +173,8 @@ def run_board(args: Sequence[str], *, server_class: Any = None) -> int:
 
     raise_open_file_limit()
     disabled, flags = split_args(args)
+    if CONFINED_PLUGINS - disabled:
+        disabled |= confine_or_disable(flags)
     main_lib.global_init()
     plugins = [p for p in default.get_plugins() if getattr(p, "plugin_name", None) not in disabled]
     board = program.TensorBoard(plugins=plugins, server_class=server_class)
@@ -95,6 +184,24 @@ def run_board(args: Sequence[str], *, server_class: Any = None) -> int:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def confine_or_disable(flags: Sequence[str]) -> set[str]:
+    """Confine this board to its logdir for the plugins that need it; the plugins to leave
+    out when that cannot be done (the reason goes to the board's log). A container board
+    is held to its project by its mounts (backends/containers.py) and needs nothing more."""
+    if os.environ.get(CONTAINED_ENV) == "mounts":
+        return set()
+    logdir = flags[flags.index("--logdir") + 1]
+    try:
+        confine_reads(read_roots(os.path.abspath(logdir)))
+    except OSError as exc:
+        left_out = ", ".join(sorted(CONFINED_PLUGINS))
+        print(f"tbhub: left out {left_out}: this host cannot keep the board from reading "
+              f"outside its logdir ({exc}); Landlock needs Linux 5.13+ with landlock in "
+              "CONFIG_LSM, or use the container backend", file=sys.stderr)  # fmt: skip
+        return set(CONFINED_PLUGINS)
+    return set()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from tbhub.core.settings import Settings
 from tbhub.core.timestamps import iso_utc
 from tbhub.domain import audit
 from tbhub.domain.projects import get_project
-from tbhub.supervisor.board_process import OFF_BY_DEFAULT_PLUGINS
+from tbhub.supervisor.board_process import CONFINED_PLUGINS, OFF_BY_DEFAULT_PLUGINS, landlock_abi
 from tbhub.supervisor.metrics import BoardRow
 
 MAX_RELOAD_INTERVAL = 86_400
@@ -153,10 +153,33 @@ def settings_dict(own: BoardSettings | None) -> dict[str, Any]:
     }
 
 
+def check_confinable(plugins: object, backend: str) -> None:
+    """Refuse a plugin that boards load only confined (the projector) where they cannot be:
+    a board process of this host whose kernel has no Landlock. Containers see their project
+    alone."""
+    wanted = sorted(set(plugins) & CONFINED_PLUGINS) if isinstance(plugins, list | tuple) else []
+    if wanted and backend == "subprocess" and landlock_abi() == 0:
+        raise InvalidInput(
+            f"{', '.join(wanted)} cannot be turned on here: boards load it only when they can "
+            "be kept from reading outside their project, and this host's kernel has no "
+            "Landlock (Linux 5.13+ with landlock in CONFIG_LSM); run boards in containers "
+            "(TBHUB_BOARD_BACKEND=docker) or leave it off"
+        )
+
+
 def update_settings(
-    session: Session, *, project: str, change: SettingsChange, actor: str, now: datetime
+    session: Session,
+    *,
+    project: str,
+    change: SettingsChange,
+    actor: str,
+    now: datetime,
+    backend: str,
 ) -> dict[str, Any]:
+    """Change a project's board settings; `backend` (TBHUB_BOARD_BACKEND) decides whether
+    the plugins that need confinement can be had here."""
     change.validate()
+    check_confinable(change.plugins, backend)
     row = get_project(session, name=project)
     own = session.get(BoardSettings, row.id)
     if own is None:

@@ -134,7 +134,8 @@ def board_action(
         request_stop(session, project=name, actor=user.name, now=now)
     else:
         change = SettingsChange(pinned=action is BoardAction.pin)
-        update_settings(session, project=name, change=change, actor=user.name, now=now)
+        update_settings(session, project=name, change=change, actor=user.name, now=now,
+                        backend=context.settings.board_backend)  # fmt: skip
     context.wake_supervisor()
     return done("/admin/boards", BOARD_NOTICES[action])
 

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from tbhub.core.settings import Settings
 from tbhub.supervisor.board_image import BOARD_PORT, IMAGE_PYTHON
-from tbhub.supervisor.board_process import board_args
+from tbhub.supervisor.board_process import CONTAINED_ENV, board_args
 from tbhub.supervisor.plan import BoardSpec, Instance
 
 INSTALLATION = "org.tbhub.installation"
@@ -97,7 +97,8 @@ class BoardContainers:
         }
 
     def environment(self, instance_id: str) -> dict[str, str]:
-        return {"TBHUB_INSTANCE": instance_id, "TBHUB_OWNER": self.installation}
+        return {"TBHUB_INSTANCE": instance_id, "TBHUB_OWNER": self.installation,
+                CONTAINED_ENV: "mounts"}  # fmt: skip
 
     def entrypoint(self) -> list[str] | None:
         """The image's own entrypoint (the launcher), or the custom program."""
