@@ -57,12 +57,26 @@ def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
         "runs": 0,
         "logdir": str(settings.storage / "vision"),
         "run_command": "tbhub run --project vision -- python train.py",
+        "plugins_off": [
+            {
+                "name": "projector",
+                "why": "reads checkpoint files outside the logdir (TensorBoard #7119)",
+                "how": "a project owner turns it on: tbhub admin board set vision --plugin "
+                'projector, or PUT /api/v1/projects/vision/board/settings {"plugins": '
+                '["projector"]}',
+            }
+        ],
     }
     # A registered run without files is not yet something a board shows; one with files is.
     add_run(factory, settings, files=0)
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 0
     add_run(factory, settings, files=2)
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 1
+    # Turned on, the projector is no longer named as missing.
+    sign_in(client, "alice")
+    turned = client.put("/api/v1/projects/vision/board/settings", json={"plugins": ["projector"]})
+    assert turned.status_code == 200, turned.text
+    assert client.get("/api/v1/boards/vision/bar").json()["plugins_off"] == []
 
 
 def test_a_compare_boards_bar_names_it_and_links_to_the_compare_boards(

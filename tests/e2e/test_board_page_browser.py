@@ -128,5 +128,17 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
         name = page.locator('#tbhub-bar a[data-tbhub="board-page"]')
         assert name.inner_text() == "vision"
         assert name.get_attribute("href") == f"{server.base_url}/projects/vision"
+        # The projector's tab is missing: the bar says it is off, and why, and how to turn
+        # it on, when asked.
+        off = page.locator('#tbhub-bar [data-tbhub="plugins-off"]')
+        assert off.inner_text() == "Projector off"
+        panel = page.locator("#tbhub-plugins-off")
+        assert panel.is_hidden()
+        off.click()
+        assert panel.is_visible() and off.get_attribute("aria-expanded") == "true"
+        assert "projector is off: it reads checkpoint files outside the logdir" in (
+            panel.inner_text()
+        )
+        assert "tbhub admin board set vision --plugin projector" in panel.inner_text()
     finally:
         context.close()

@@ -3,7 +3,9 @@
 nginx adds static/board-bar.js to every board page (nginx/tbhub.conf.j2); the script asks
 this route who is reading, where tbhub's pages are (the main origin, also from a board's own
 origin), and whether the project has any run yet, so an empty board says where to write runs
-instead of TensorBoard's "no dashboards" text. A share link's guest never reaches it (that
+instead of TensorBoard's "no dashboards" text, and which off-by-default plugins (the projector)
+are off, why, and how an owner turns them on: their tab is missing from the board and nothing
+else would say why. A share link's guest never reaches it (that
 cookie is sent to the board's own path only): their 401 tells the script to show "shared
 view"."""
 
@@ -17,13 +19,29 @@ from sqlalchemy.orm import Session
 
 from tbhub.api.board_gate import Verdict, judge_user, readable_board, viewer_session
 from tbhub.auth.compare_access import board_projects
-from tbhub.core.models import CompareBoard, CompareRun, RetentionState, Run, User
+from tbhub.core.models import BoardSettings, CompareBoard, CompareRun, RetentionState, Run, User
 from tbhub.domain.boards import BoardRef
 from tbhub.http.csrf import binding_of
 from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.paths import project_path
+from tbhub.supervisor.board_process import OFF_BY_DEFAULT_PLUGINS
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])
+
+
+def plugins_off(session: Session, board: BoardRef, project: str) -> list[dict[str, str]]:
+    """The off-by-default plugins this board leaves out: name, why, and how to turn one on."""
+    own = session.get(BoardSettings, board.id) if board.kind == "project" else None
+    chosen = set(own.plugins or []) if own is not None else set()
+    how = (
+        "a project owner turns it on: tbhub admin board set {project} --plugin {name}, or "
+        'PUT /api/v1/projects/{project}/board/settings {{"plugins": ["{name}"]}}'
+    )
+    return [
+        {"name": name, "why": why, "how": how.format(project=project, name=name)}
+        for name, why in sorted(OFF_BY_DEFAULT_PLUGINS.items())
+        if name not in chosen and board.kind == "project"
+    ]
 
 
 def runs_with_files(session: Session, board: BoardRef) -> int:
@@ -52,7 +70,8 @@ def board_bar(
     board's name, else its slug), `home` (tbhub's own address), `page` (for members: the
     path of the board's page in tbhub, the project's runs or the compare boards),
     `csrf_token` (to sign out from the board page, on tbhub's origin only), `runs` (runs with
-    files) and, for members, `logdir` and `run_command`."""
+    files) and, for members, `logdir`, `run_command` and `plugins_off` (the plugins this board
+    leaves out, each with `why` and `how` to turn it on)."""
     board = readable_board(request, context, project)
     data = viewer_session(request, context, project)
     # A compare board's reader reads every project of its runs (the gate checked it).
@@ -79,4 +98,5 @@ def board_bar(
         "runs": runs_with_files(session, board),
         "logdir": str(project_path(context.settings.storage, project)) if writer else None,
         "run_command": f"tbhub run --project {project} -- python train.py" if writer else None,
+        "plugins_off": plugins_off(session, board, project) if user is not None else [],
     }

@@ -4,6 +4,8 @@
 // view", no way into tbhub's pages and no sign-out.
 // A project without runs gets a panel saying where to write them, instead of TensorBoard's
 // "no dashboards" text; it reloads the page once the first run has files.
+// A plugin the board leaves out (the projector, off by default) has no tab: the bar says so,
+// and a click on it tells why and how an owner turns it on.
 // Everything is built with textContent: no name ever goes through innerHTML.
 (function () {
   "use strict";
@@ -60,6 +62,13 @@
     // The board's name; for members, a link to its page in tbhub (the project's runs, or
     // the compare boards). A compare board is named by its own name, not its slug.
     var title = el("strong", {}, [info.title || info.project]);
+    var off = info.plugins_off || [];
+    if (off.length) {
+      var names = off.map(function (p) { return p.name.charAt(0).toUpperCase() + p.name.slice(1); });
+      parts.push(el("button", { type: "button", class: "tbhub-bar-off", "aria-expanded": "false",
+                                "aria-controls": "tbhub-plugins-off", "data-tbhub": "plugins-off" },
+                    [names.join(", ") + " off"]));
+    }
     parts.push(
       el("span", { class: "tbhub-bar-project" }, [
         el("span", { class: "tbhub-bar-label" },
@@ -98,9 +107,28 @@
     }, EMPTY_POLL_MS);
   }
 
+  function offPanel(info) {
+    var items = (info.plugins_off || []).map(function (p) {
+      return el("li", {}, [el("strong", {}, [p.name]), " is off: it " + p.why + ". " +
+                           p.how.charAt(0).toUpperCase() + p.how.slice(1) + "."]);
+    });
+    return el("section", { id: "tbhub-plugins-off", hidden: "", "aria-label": "Plugins off" },
+              [el("ul", {}, items)]);
+  }
+
   function show(info) {
     document.documentElement.classList.add("tbhub-bar-on");
     document.body.insertBefore(bar(info), document.body.firstChild);
+    var toggle = document.querySelector("#tbhub-bar .tbhub-bar-off");
+    if (toggle) {
+      var panel = offPanel(info);
+      document.body.insertBefore(panel, document.getElementById("tbhub-bar").nextSibling);
+      toggle.addEventListener("click", function () {
+        var open = toggle.getAttribute("aria-expanded") !== "true";
+        toggle.setAttribute("aria-expanded", String(open));
+        panel.hidden = !open;
+      });
+    }
     if (info.runs === 0) {
       document.body.insertBefore(emptyPanel(info), document.getElementById("tbhub-bar").nextSibling);
       watchForRuns();
