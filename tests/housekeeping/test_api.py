@@ -15,7 +15,7 @@ from tbhub.core.models import AuditEvent, BackupRun
 from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
 from tests.housekeeping.conftest import EVENTS, fill_storage
-from tests.housekeeping.test_backup import closed_port
+from tests.ports import free_port
 from tests.test_api import seed, sign_in
 from tests.times import assert_one_format
 
@@ -139,7 +139,7 @@ def test_admins_read_the_backups_snapshots_last_run_and_recovery_point(
     assert_one_format(body, {"started_at", "finished_at"})
     # A target that cannot be reached is said, not a 500 (nor a page that hangs).
     settings.backup_target = "nobody@127.0.0.1:/nonexistent"
-    settings.backup_ssh_command = f"ssh -p {closed_port()} -o BatchMode=yes -o ConnectTimeout=2"
+    settings.backup_ssh_command = f"ssh -p {free_port()} -o BatchMode=yes -o ConnectTimeout=2"
     broken = client.get("/api/v1/backups")
     assert broken.status_code == 200 and broken.json()["listing_error"]
     assert broken.json()["last_run"]["snapshot"] == report.snapshot
