@@ -65,7 +65,10 @@ IfRangeHeader = Annotated[
 ]
 LIST_LIMIT = 500
 DOWNLOAD = {
-    200: {"description": "The whole file", "content": {"application/octet-stream": {}}},
+    200: {
+        "description": "The whole file",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    },
     206: {"description": "The one range asked for, with Content-Range"},
     400: {"description": "A path that could leave the run, a symlink, a directory"},
     404: {"description": "No such file in the run (or the run is trashed)"},
@@ -116,9 +119,8 @@ def list_contents(
     )
 
 
-@router.api_route(
+@router.get(
     "/{path:path}",
-    methods=["GET", "HEAD"],
     response_class=Response,
     responses=DOWNLOAD,  # type: ignore[arg-type]
     summary="Download one file of the run (Range: one range)",
@@ -143,6 +145,28 @@ async def download_file(
     except BaseException:
         FileBody.close_unsent(opened.fd)
         raise
+
+
+@router.head(
+    "/{path:path}",
+    response_class=Response,  # headers only
+    responses=DOWNLOAD,  # type: ignore[arg-type]
+    summary="One file's size, ETag and Last-Modified, before downloading it",
+)
+async def file_headers(
+    request: Request,
+    project: ProjectInPath,
+    run_id: RunId,
+    path: FilePath,
+    caller: CallerDep,
+    context: ContextDep,
+    session: SessionDep,
+    range_: RangeHeader = None,
+    if_range: IfRangeHeader = None,
+) -> Response:
+    return await download_file(
+        request, project, run_id, path, caller, context, session, range_, if_range
+    )
 
 
 def _answer(
