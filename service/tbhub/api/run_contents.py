@@ -119,6 +119,12 @@ def list_contents(
     )
 
 
+@router.head(
+    "/{path:path}",
+    response_class=Response,  # headers only
+    responses=DOWNLOAD,  # type: ignore[arg-type]
+    summary="One file's size, ETag and Last-Modified, before downloading it",
+)
 @router.get(
     "/{path:path}",
     response_class=Response,
@@ -145,28 +151,6 @@ async def download_file(
     except BaseException:
         FileBody.close_unsent(opened.fd)
         raise
-
-
-@router.head(
-    "/{path:path}",
-    response_class=Response,  # headers only
-    responses=DOWNLOAD,  # type: ignore[arg-type]
-    summary="One file's size, ETag and Last-Modified, before downloading it",
-)
-async def file_headers(
-    request: Request,
-    project: ProjectInPath,
-    run_id: RunId,
-    path: FilePath,
-    caller: CallerDep,
-    context: ContextDep,
-    session: SessionDep,
-    range_: RangeHeader = None,
-    if_range: IfRangeHeader = None,
-) -> Response:
-    return await download_file(
-        request, project, run_id, path, caller, context, session, range_, if_range
-    )
 
 
 def _answer(
