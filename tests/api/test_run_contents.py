@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tbhub.http.file_body import CHUNK_BYTES
 from tests.api.conftest import Team
 
 RUNS = "/api/v1/projects/vision/runs"
@@ -255,7 +256,7 @@ def test_a_missing_file_or_a_trashed_run_is_404(team: Team) -> None:
 
 def test_a_large_file_arrives_whole(team: Team) -> None:
     run_id, logdir = make_run(team)
-    big = os.urandom(3 * (1 << 20) + 12345)  # more than one chunk of the sender
+    big = os.urandom(2 * CHUNK_BYTES + 12345)  # more than one read of the sender
     (logdir / "big.ckpt").write_bytes(big)
     got = team.client.get(f"{RUNS}/{run_id}/contents/big.ckpt", headers=team.headers("carol"))
     assert hashlib.sha256(got.content).hexdigest() == hashlib.sha256(big).hexdigest()

@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.jobs_hub import Hub
 
 pytestmark = pytest.mark.e2e
-BIG = 9 * (1 << 20) + 4321  # several of the server's 1 MiB reads, and a ragged end
+BIG = 9 * (1 << 20) + 4321  # several of the server's 4 MiB reads, and a ragged end
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 4 << 20
 # Files a browser may show as text; everything else is bytes to save.
 TEXT_SUFFIXES = (".txt", ".log", ".yaml", ".yml", ".csv", ".tsv", ".md", ".cfg", ".ini", ".toml")
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._+-]")
