@@ -64,12 +64,12 @@ IfRangeHeader = Annotated[
     ),
 ]
 LIST_LIMIT = 500
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+# application/octet-stream, or plain text for the suffixes http/file_body.download_type names
+BYTES = {"application/octet-stream": _BINARY, "text/plain": _BINARY, "application/json": _BINARY}
 DOWNLOAD = {
-    200: {
-        "description": "The whole file",
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-    },
-    206: {"description": "The one range asked for, with Content-Range"},
+    200: {"description": "The whole file", "content": BYTES},
+    206: {"description": "The one range asked for, with Content-Range", "content": BYTES},
     400: {"description": "A path that could leave the run, a symlink, a directory"},
     404: {"description": "No such file in the run (or the run is trashed)"},
     416: {"description": "A range that starts past the end; Content-Range: bytes */<size>"},
