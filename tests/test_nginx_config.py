@@ -33,10 +33,13 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
         '~ "^/boards/(?<board_project>[a-z0-9][a-z0-9-]{0,62})(?:/.*)?$"',
         "= /metrics",
         '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/files/"',
+        '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/contents/"',
         "@control_plane",
         "/",
     }
     assert "deny all;" in proxied["= /metrics"]
+    downloads = '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/contents/"'
+    assert "proxy_max_temp_file_size 0;" in proxied[downloads]  # streamed, never spooled
     for name, body in proxied.items():
         if name == "= /_auth/board":
             # The hook gets only the headers listed for it, nothing a client adds.

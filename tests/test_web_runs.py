@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
@@ -125,6 +126,27 @@ def test_the_run_page_shows_lineage_and_the_status_history(
     history = re.findall(r'<span class="badge state-(\w+)">', page.split("Status history")[1])
     assert history[:3] == ["trashed", "finished", "running"]  # newest first, one per change
     assert page.split("Status history")[1].count("by bob") == 3
+
+
+def test_the_run_page_links_each_file_to_its_download_with_its_size(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    sign_in(client, "bob")
+    run = client.post("/api/v1/projects/vision/runs", json={"name": "files"}).json()
+    logdir = Path(run["logdir"])
+    (logdir / "ckpt").mkdir()
+    (logdir / "ckpt" / "model 1.pt").write_bytes(b"w" * 3 * 1024 * 1024)
+    (logdir / "hparams.yaml").write_text("lr: 0.1\n")
+    page = client.get(f"/projects/vision/runs/{run['id']}", headers=HTML).text
+    base = f"/api/v1/projects/vision/runs/{run['id']}/contents/"
+    links = dict(re.findall(r'<a href="([^"]+)" download><code>([^<]+)</code></a>', page))
+    assert links == {f"{base}ckpt/model%201.pt": "ckpt/model 1.pt",
+                     f"{base}hparams.yaml": "hparams.yaml"}  # fmt: skip
+    assert "3.0 MiB" in page and "8 B" in page
+    for href in links:
+        got = client.get(href)
+        assert got.status_code == 200 and got.content[:1] in (b"w", b"l"), href
 
 
 def test_viewers_see_no_pin_buttons_and_cannot_pin(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import count
+from pathlib import Path
 
 import httpx
 import pytest
@@ -29,6 +30,8 @@ MATRIX: dict[str, list[int]] = {
     "restore run":     [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload a chunk":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload offsets":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "list run files":  [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "download a file": [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "set policy":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "set member":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "board settings":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
@@ -64,6 +67,13 @@ def _register(team: Team) -> dict[str, object]:
 
 def _new_run(team: Team) -> int:
     return int(str(_register(team)["id"]))
+
+
+def _run_with_a_file(team: Team) -> int:
+    """A new run of vision holding `hparams.yaml`; its id."""
+    run = _register(team)
+    (Path(str(run["logdir"])) / "hparams.yaml").write_text("lr: 0.1\n")
+    return int(str(run["id"]))
 
 
 def _trashed_run(team: Team) -> int:
@@ -109,6 +119,12 @@ ACTIONS: dict[str, Action] = {
     ),
     "upload offsets": lambda t, h: t.client.get(
         f"/api/v1/projects/vision/runs/{_new_run(t)}/files/", headers=h
+    ),
+    "list run files": lambda t, h: t.client.get(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}/contents", headers=h
+    ),
+    "download a file": lambda t, h: t.client.get(
+        f"/api/v1/projects/vision/runs/{_run_with_a_file(t)}/contents/hparams.yaml", headers=h
     ),
     "set policy": lambda t, h: t.client.put(
         "/api/v1/projects/vision/retention", json={"keep_last": 5}, headers=h

@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -41,6 +42,9 @@ def test_every_time_in_the_api_is_iso_8601_utc_with_z(
         session.get_one(Run, made["id"]).last_write = datetime.now(UTC)
     state = client.get(f"/api/v1/projects/vision/state?run={made['id']}", headers=writer)
     assert_one_format(state.json(), {"last_write", "last_access_at"})
+    (Path(made["logdir"]) / "hparams.yaml").write_text("lr: 0.1\n")
+    contents = client.get(f"{runs}/{made['id']}/contents", headers=writer)
+    assert_one_format(contents.json(), {"modified"})
     assert client.delete(f"{runs}/{made['id']}", headers=writer).status_code == 200
     link = client.post("/api/v1/projects/vision/share-links", json={"expires_in_hours": 2},
                        headers=owner)  # fmt: skip

@@ -7,6 +7,7 @@ test uses its own runs or project, so they pass in any order."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from itertools import count
@@ -162,6 +163,25 @@ def test_open_a_run_and_see_its_lineage_and_history(site: Site, alice: Page) -> 
     expect(history).to_contain_text("status running")
     expect(history).to_contain_text("by alice")
     check_page(alice, "run")
+
+
+def test_a_runs_file_shows_its_size_and_downloads_from_the_run_page(
+    site: Site, alice: Page, tmp_path: Path
+) -> None:
+    run = site.register(f"checkpointed-{next(_names)}")
+    body = bytes(range(256)) * 10 * 1024  # 2.5 MiB
+    (Path(str(run["logdir"])) / "ckpt").mkdir()
+    (Path(str(run["logdir"])) / "ckpt" / "model.pt").write_bytes(body)
+    alice.goto(f"{site.server.base_url}/projects/vision/runs/{run['id']}")
+    row = alice.get_by_role("row", name="ckpt/model.pt")
+    expect(row).to_contain_text("2.5 MiB")
+    with alice.expect_download() as started:
+        row.get_by_role("link", name="ckpt/model.pt").click()
+    download = started.value
+    assert download.suggested_filename == "model.pt"
+    saved = tmp_path / "model.pt"
+    download.save_as(saved)
+    assert hashlib.sha256(saved.read_bytes()).digest() == hashlib.sha256(body).digest()
 
 
 def test_the_board_link_shows_tensorboards_scalar_chart_of_that_run_only(

@@ -1,22 +1,29 @@
-"""`tbhub runs create|list|show|finish`: the run registry from a shell, over the API."""
+"""`tbhub runs create|list|show|finish|download`: the run registry from a shell, over the
+API."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
 from tbhub.cli.common import (
     JsonOption,
     emit,
+    emit_line,
+    err_console,
     format_value,
     handle_errors,
+    human_bytes,
     out_console,
     print_table,
     time_column,
 )
 from tbhub.client import Client
+from tbhub.client.download import download_file
 from tbhub.core.errors import InvalidInput
 
 app = typer.Typer(help="Runs of a project, over the API (needs `tbhub login`).",
@@ -132,3 +139,30 @@ def finish(
     with Client() as client:
         run = client.update_run(project, run_id, status=status, metrics=metrics)
     emit(run, as_json=as_json, human=lambda: print_run(run))
+
+
+@app.command("download")
+@handle_errors
+def download(
+    run_id: int,
+    path: str = typer.Argument(..., help="The file's path inside the run, e.g. ckpt/model.pt."),
+    project: str = ProjectOption,
+    out: Path | None = typer.Option(
+        None, "--output", "-o", help="Where to write it (default: its name, here)."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Download one file of a run; run it again to resume one that was cut off."""
+    target = out if out is not None else Path(path.rsplit("/", 1)[-1])
+    bar = Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   console=err_console, transient=True,
+                   disable=as_json or not err_console.is_terminal)  # fmt: skip
+    with Client() as client, bar:
+        task = bar.add_task(path, total=None)
+        done = download_file(client, project, run_id, path, target,
+                             progress=lambda held, total: bar.update(task, completed=held,
+                                                                     total=total))  # fmt: skip
+    resumed = f", resumed at byte {done.resumed_from}" if done.resumed_from else ""
+    emit_line(done.as_json(), f"wrote {done.path} ({human_bytes(done.bytes)}{resumed}); "
+              f"sha256 {done.sha256}", as_json=as_json, highlight=False,
+              markup=False)  # fmt: skip

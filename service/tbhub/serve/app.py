@@ -29,6 +29,7 @@ from tbhub.api import (
     pip,
     projects,
     retention,
+    run_contents,
     runs,
     share_links,
     teams,
@@ -165,6 +166,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(tokens.router)
     app.include_router(uploads.router)
+    app.include_router(run_contents.router)
     app.include_router(pip.router)
     app.include_router(board_gate.router)
     app.include_router(board_bar.router)
