@@ -118,3 +118,22 @@ def test_time_series_is_kept_from_an_audience_kept_from_any_kind_it_carries() ->
     assert asks_denied("/data/plugin/timeseries/timeSeries", denied) == "timeseries"
     assert asks_denied("/data/plugin/scalars/scalars", denied) is None
     assert is_listing("/experiment/x/data/plugins_listing") and not is_listing("/data/runs")
+
+
+def test_the_hook_refuses_a_restricted_route_to_the_audience_only(team: Team) -> None:
+    """The hook in-process: who gets a restricted route, by session and by token (a token
+    reads as its user: an editor's read token sees everything)."""
+    change = {"restricted_dashboards": ["histograms"], "restricted_audience": "viewers"}
+    assert team.client.put(SETTINGS, json=change, headers=team.headers("alice")).status_code == 200
+
+    def hook(who: str, uri: str) -> int:
+        headers = {**team.headers(who), "X-Tbhub-Original-Uri": uri}
+        return team.client.get("/_auth/board", headers=headers).status_code
+
+    restricted = "/boards/vision/experiment/e/data/plugin/histo%67rams/tags"
+    series = "/boards/vision/data/plugin/timeseries/timeSeries"
+    kept = "/boards/vision/data/plugin/scalars/tags"
+    got = {who: (hook(who, restricted), hook(who, series), hook(who, kept))
+           for who in ("alice", "bob", "carol", "root", "bob-read")}  # fmt: skip
+    assert got == {"alice": (200, 200, 200), "bob": (200, 200, 200), "carol": (403, 403, 200),
+                   "root": (200, 200, 200), "bob-read": (200, 200, 200)}  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import Response
+from pydantic import StringConstraints
 from sqlalchemy.orm import Session
 
 from tbhub.auth import share_links
@@ -123,7 +124,9 @@ def restrict_dashboards(
     user: WebUser,
     session: SessionDep,
     context: ContextDep,
-    dashboard: Annotated[list[str], Form(max_length=len(DASHBOARDS))] = [],  # noqa: B006
+    dashboard: Annotated[
+        list[Annotated[str, StringConstraints(max_length=64)]], Form(max_length=len(DASHBOARDS))
+    ] = [],  # noqa: B006
     audience: Annotated[str, Form(max_length=16)] = DEFAULT_AUDIENCE,
     csrf_token: Annotated[str, Form(max_length=TOKEN_MAX)] = "",
 ) -> Response:
@@ -132,7 +135,7 @@ def restrict_dashboards(
     _require_owner(context, user, name)
     change = SettingsChange(
         **{**dict.fromkeys(SettingsChange.__dataclass_fields__, UNSET),
-           "restricted_dashboards": [d[:64] for d in dashboard], "restricted_audience": audience}
+           "restricted_dashboards": dashboard, "restricted_audience": audience}
     )  # fmt: skip
     saved = attempt(context.factory, lambda tx: update_settings(
         tx, project=name, change=change, actor=user.name, now=datetime.now(UTC)))  # fmt: skip
