@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from playwright.sync_api import Browser
 
 from tbhub.core.models import Role
 from tbhub.domain.dashboards import CARRIERS, DASHBOARDS, SUGGESTED
@@ -287,6 +288,16 @@ def blob_query(client: httpx.Client) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in images[0]["query"].split("&"))
 
 
+def error_code(answer: httpx.Response) -> str | None:
+    """The code of tbhub's JSON error, if the answer is one."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
+
+
 @BOTH_DATABASES  # the gate reads roles, links and restrictions from either kind
 def test_restricted_dashboards_answer_no_one_in_their_audience(board: Board) -> None:
     probes = [*ROUTES.values(), *VARIANTS]
@@ -308,9 +319,7 @@ def test_restricted_dashboards_answer_no_one_in_their_audience(board: Board) -> 
             for probe in probes:
                 answer = ask(board.clients[role], probe, phase, extra.get(probe.path, {}))
                 if probe.dashboard in kept_from:
-                    code = answer.json().get("error", {}).get("code") if answer.headers.get(
-                        "content-type", "").startswith("application/json") else None  # fmt: skip
-                    if (answer.status_code, code) != (403, "forbidden"):
+                    if (answer.status_code, error_code(answer)) != (403, "forbidden"):
                         wrong.append((phase, role, probe.path, probe.query, answer.status_code))
                 elif answer.status_code != baseline[id(probe)].status_code:
                     wrong.append((phase, role, probe.path, probe.query, answer.status_code))
@@ -347,3 +356,28 @@ def test_a_change_from_the_cli_shows_within_the_cache_lifetimes(board: Board) ->
         assert answer.status_code == status, (role, answer.text)
     assert board.clients["share"].get("/api/v1/projects/vision/board/restrictions").status_code \
         == 401  # fmt: skip
+
+
+def tabs_seen(browser: Browser, board: Board, role: str) -> str:
+    """The text of TensorBoard's dashboard tabs as `role` sees them in Chromium."""
+    context = browser.new_context()
+    try:
+        client = board.clients[role]
+        context.add_cookies([{"name": name, "value": value, "url": board.server.base_url}
+                             for name, value in client.cookies.items()])  # fmt: skip
+        page = context.new_page()
+        page.goto(f"{board.server.base_url}/boards/vision/")
+        selector = page.locator("plugin-selector")
+        selector.get_by_text("Scalars", exact=False).first.wait_for(timeout=30_000)
+        return selector.inner_text()
+    finally:
+        context.close()
+
+
+def test_the_restricted_tabs_do_not_show_for_the_audience(board: Board, browser: Browser) -> None:
+    restrict(board, "viewers")
+    owner, viewer = tabs_seen(browser, board, "owner"), tabs_seen(browser, board, "viewer")
+    for tab in ("SCALARS", "IMAGES", "TEXT"):
+        assert tab in owner.upper() and tab in viewer.upper(), (owner, viewer)
+    for tab in ("HISTOGRAMS", "DISTRIBUTIONS", "GRAPHS", "TIME SERIES"):
+        assert tab in owner.upper() and tab not in viewer.upper(), (tab, owner, viewer)
