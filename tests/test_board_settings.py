@@ -14,6 +14,7 @@ from tbhub.core.db import transaction
 from tbhub.core.models import AuditEvent, Board, BoardSettings, DesiredState
 from tbhub.core.settings import Settings
 from tbhub.domain.boards import request_board
+from tbhub.domain.dashboards import SUGGESTED
 from tbhub.domain.projects import get_project
 from tbhub.supervisor.state import Limits, board_spec, read_desired
 from tests.test_api import seed, sign_in
@@ -41,6 +42,8 @@ def test_owner_sets_board_settings_and_they_shape_the_spec(
         "memory_limit": GiB,
         "pinned": True,
         "plugins": ["projector"],
+        "restricted_dashboards": [],
+        "restricted_audience": "both",
     }
     assert body["memory_limit"] == GiB
     with transaction(factory) as session:
@@ -146,7 +149,23 @@ def test_admin_board_cli_pins_sets_and_lists(cli_env: Settings) -> None:  # noqa
     assert code == 0, out
     assert json.loads(out)["settings"] == {"reload_interval": 10, "samples_per_plugin": None,
                                            "memory_limit": GiB, "pinned": True,
-                                           "plugins": ["projector"]}  # fmt: skip
+                                           "plugins": ["projector"],
+                                           "restricted_dashboards": [],
+                                           "restricted_audience": "both"}  # fmt: skip
+    restrict = ("--restrict", "histograms", "--restrict", "graphs")
+    code, out, _ = tbhub("admin", "board", "set", "vision", *restrict,
+                         "--restrict-audience", "viewers", "--json")  # fmt: skip
+    assert code == 0, out
+    restricted = json.loads(out)["settings"]
+    assert restricted["restricted_dashboards"] == ["graphs", "histograms"]
+    assert restricted["restricted_audience"] == "viewers"
+    code, out, _ = tbhub("admin", "board", "set", "vision", "--restrict-suggested", "--json")
+    assert json.loads(out)["settings"]["restricted_dashboards"] == sorted(SUGGESTED)
+    code, _, err = tbhub("admin", "board", "set", "vision", "--restrict", "profile")
+    assert code != 0 and "unknown dashboard(s) 'profile'; restrict any of:" in err
+    assert "profile_redirect" in err
+    code, out, _ = tbhub("admin", "board", "set", "vision", "--no-restrict", "--json")
+    assert json.loads(out)["settings"]["restricted_dashboards"] == []
     code, out, _ = tbhub("admin", "board", "list", "--json")
     [row] = json.loads(out)
     assert row["memory_limit"] == GiB and row["restarts"] == {} and row["pss_bytes"] is None

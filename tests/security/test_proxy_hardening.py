@@ -33,10 +33,12 @@ def test_the_auth_cache_key_holds_exactly_the_headers_the_hook_judges(tmp_path: 
     hook = locations(render_config(make_settings(tmp_path)))["= /_auth/board"]
     key = re.search(r'proxy_cache_key "([^"]+)";', hook)
     assert key is not None
-    sent = dict(re.findall(r"proxy_set_header (Host|Cookie|Authorization) (\$\w+);", hook))
-    assert set(sent) == {"Host", "Cookie", "Authorization"}
+    judged = r"Host|Cookie|Authorization|X-Tbhub-Original-Uri"
+    sent = dict(re.findall(rf"proxy_set_header ({judged}) (\$\w+);", hook))
+    assert set(sent) == {"Host", "Cookie", "Authorization", "X-Tbhub-Original-Uri"}
     # The key holds each header's raw bytes as the hook gets them ($http_host, never $host:
-    # nginx's lower-cased, port-less reading of the request line or Host).
+    # nginx's lower-cased, port-less reading of the request line or Host); the whole raw URI
+    # too, since a restricted dashboard's routes are refused where others are not.
     assert set(re.findall(r"\$\w+", key[1])) == {*sent.values(), "$auth_board_project"}
 
 

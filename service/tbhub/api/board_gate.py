@@ -17,13 +17,17 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
+from tbhub.api.board_listing import filtered_listing
 from tbhub.api.board_waiting import not_serving_answer
 from tbhub.auth.caller import Caller, bearer_token, effective_role
+from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
-from tbhub.core.errors import AmbiguousSession, NotAuthenticated, NotFound, UnsafePath
+from tbhub.core.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
+from tbhub.core.models import Role
 from tbhub.core.names import is_compare_slug
 from tbhub.domain.boards import BoardRef, BoardView, auth_cache_seconds
+from tbhub.domain.dashboards import asks_denied, is_listing
 from tbhub.http.deps import (
     AppContext,
     ContextDep,
@@ -57,30 +61,50 @@ class Verdict(enum.Enum):
     allowed = "allowed"
 
 
+# A verdict, the board when allowed, and the dashboards this caller may not see on it.
+Judgement = tuple[Verdict, BoardRef | None, frozenset[str]]
+NOTHING_DENIED: frozenset[str] = frozenset()
+
+
 def judge(request: Request, context: AppContext, board: str) -> tuple[Verdict, BoardRef | None]:
+    """judge_board() without the restricted dashboards."""
+    verdict, ref, _ = judge_board(request, context, board)
+    return verdict, ref
+
+
+def judge_board(request: Request, context: AppContext, board: str) -> Judgement:
     """The caller's standing towards board `board` (a project's, or a compare board), and the
     board when allowed: as the signed-in user (or, on a board's own origin, its board
     session), as a bearer token's user (any scope naming the projects: scripts read scalars
     that way), or else through a share link for this very project board.
 
     A compare board takes read access to every project its runs come from; one the caller
-    cannot open reads as unknown, whether it exists or not."""
+    cannot open reads as unknown, whether it exists or not.
+
+    A project's viewers and its share links may be kept from some dashboards (its
+    restriction: domain/dashboards.py); editors, owners and admins see them all."""
     origins = context.board_origins
     if origins is not None and origins.project_of_host(request.headers.get("host")) != board:
-        return Verdict.other_origin, None
+        return Verdict.other_origin, None, NOTHING_DENIED
     standing = _standing(request, context, board)
     if is_compare_slug(board):
         return _judge_compare(context, standing, board)
-    verdict, project_id = standing(board) if standing is not None else (Verdict.anonymous, None)
+    verdict, project_id, viewer = (
+        standing(board) if standing is not None else (Verdict.anonymous, None, False)
+    )
+    denied = NOTHING_DENIED
+    if verdict is Verdict.allowed and viewer and project_id is not None:
+        denied = context.restrictions.lookup(project_id).denied(share_link=False)
     if verdict is not Verdict.allowed:
         grant = _share_grant(request, context)
         if grant is not None and grant.project == board:
             verdict, project_id = Verdict.allowed, grant.project_id
-    return verdict, BoardRef.of_project(project_id) if project_id is not None else None
+            denied = context.restrictions.lookup(grant.project_id).denied(share_link=True)
+    return verdict, BoardRef.of_project(project_id) if project_id is not None else None, denied
 
 
-# The caller's verdict on one project, and its id when allowed.
-Standing = Callable[[str], tuple[Verdict, int | None]]
+# The caller's verdict on one project, its id when allowed, and whether it only views there.
+Standing = Callable[[str], tuple[Verdict, int | None, bool]]
 
 
 def _standing(request: Request, context: AppContext, board: str) -> Standing | None:
@@ -95,32 +119,45 @@ def _standing(request: Request, context: AppContext, board: str) -> Standing | N
     data = viewer_session(request, context, board)
     if data is None:
         return None
-    return lambda project: judge_user(context, data, project)
+    return lambda project: _judge_session(context, data, project)
 
 
-def _judge_compare(
-    context: AppContext, standing: Standing | None, slug: str
-) -> tuple[Verdict, BoardRef | None]:
+def _judge_compare(context: AppContext, standing: Standing | None, slug: str) -> Judgement:
+    """A compare board shows runs of several projects: a caller who only views one of them
+    is kept from what that project restricts for viewers (share links never open one)."""
     if standing is None:
-        return Verdict.anonymous, None
+        return Verdict.anonymous, None, NOTHING_DENIED
     entry = context.compares.lookup(slug)
     if entry is None or not entry.projects:
-        return Verdict.unknown_project, None
-    verdicts = {standing(project)[0] for project in sorted(entry.projects)}
+        return Verdict.unknown_project, None, NOTHING_DENIED
+    standings = [standing(project) for project in sorted(entry.projects)]
+    verdicts = {verdict for verdict, _, _ in standings}
     if Verdict.anonymous in verdicts:
-        return Verdict.anonymous, None
+        return Verdict.anonymous, None, NOTHING_DENIED
     if verdicts != {Verdict.allowed}:
-        return Verdict.unknown_project, None  # never says which run, or whether it exists
-    return Verdict.allowed, BoardRef.of_compare(entry.compare_id)
+        # never says which run, or whether it exists
+        return Verdict.unknown_project, None, NOTHING_DENIED
+    denied = frozenset().union(*(
+        context.restrictions.lookup(project_id).denied(share_link=False)
+        for _, project_id, viewer in standings if viewer and project_id is not None
+    ))  # fmt: skip
+    return Verdict.allowed, BoardRef.of_compare(entry.compare_id), denied
 
 
-def _judge_token(context: AppContext, caller: Caller, project: str) -> tuple[Verdict, int | None]:
+def _only_views(access: Access) -> bool:
+    """A member whose own role (or a team's) is viewer: a token of theirs reads as they do."""
+    return not access.is_admin and access.role is Role.viewer
+
+
+def _judge_token(
+    context: AppContext, caller: Caller, project: str
+) -> tuple[Verdict, int | None, bool]:
     access = context.access.lookup(caller.user_id, project)
     if not access.user_exists:
-        return Verdict.anonymous, None
+        return Verdict.anonymous, None, False
     if access.project_id is None or effective_role(caller, access) is None:
-        return Verdict.unknown_project, None
-    return Verdict.allowed, access.project_id
+        return Verdict.unknown_project, None, False
+    return Verdict.allowed, access.project_id, _only_views(access)
 
 
 def _share_grant(request: Request, context: AppContext) -> ShareGrant | None:
@@ -146,17 +183,24 @@ def judge_user(
     context: AppContext, data: SessionData | None, project: str
 ) -> tuple[Verdict, int | None]:
     """A session's own standing towards `project` (share links aside)."""
+    verdict, project_id, _ = _judge_session(context, data, project)
+    return verdict, project_id
+
+
+def _judge_session(
+    context: AppContext, data: SessionData | None, project: str
+) -> tuple[Verdict, int | None, bool]:
     if data is None or not context.sessions.is_live(data):  # signed out, or user deleted
-        return Verdict.anonymous, None
+        return Verdict.anonymous, None, False
     access = context.access.lookup(data.user_id, project)
     # A disabled user's access reads as no user; a session from an older epoch is over.
     if not access.user_exists or not session_is_current(
         data, disabled=False, epoch=access.session_epoch
     ):
-        return Verdict.anonymous, None
+        return Verdict.anonymous, None, False
     if access.project_id is None or not access.can_view:
-        return Verdict.unknown_project, None
-    return Verdict.allowed, access.project_id
+        return Verdict.unknown_project, None, False
+    return Verdict.allowed, access.project_id, _only_views(access)
 
 
 def _board_for(context: AppContext, board: BoardRef) -> BoardView | None:
@@ -184,20 +228,24 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     if match is None or UNSAFE_BOARD_PATH.search(original_uri):
         return Response(status_code=403)
     try:
-        verdict, board = judge(request, context, match.group(1))
+        verdict, board, denied = judge_board(request, context, match.group(1))
     except AmbiguousSession:
         # Denied, and never cached; the fallback explains it to the user.
         return Response(status_code=403)
     if verdict is Verdict.anonymous:
         return Response(status_code=401)
-    if verdict is not Verdict.allowed:
-        # auth_request knows only 2xx/401/403; the fallback page tells 404 from 403.
+    rest = original_uri[match.end(1) :]  # what TensorBoard routes, after /boards/<name>
+    if verdict is not Verdict.allowed or asks_denied(rest, denied):
+        # auth_request knows only 2xx/401/403; the fallback page tells 404 from 403, and
+        # says which dashboard is restricted. A 403 is never cached.
         return Response(status_code=403)
     assert board is not None
     view = _board_for(context, board)
     if view is not None and view.serving:
         cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
-        headers = {"X-Board-Upstream": str(view.upstream), "X-Accel-Expires": str(cache)}
+        # The plugins listing without the restricted tabs comes from the control plane.
+        upstream = context.settings.api_address if denied and is_listing(rest) else view.upstream
+        headers = {"X-Board-Upstream": str(upstream), "X-Accel-Expires": str(cache)}
     else:
         headers = {"X-Board-Upstream": context.settings.api_address, "X-Accel-Expires": "0"}
     return Response(status_code=200, headers=headers)
@@ -229,7 +277,7 @@ def readable_board(request: Request, context: AppContext, board: str) -> BoardRe
 def board_fallback(request: Request, project: ProjectInPath, context: ContextDep) -> Response:
     check_board_path(request.scope.get("raw_path", b"").decode("latin-1"))
     html = wants_html(request)
-    verdict, board = judge(request, context, project)
+    verdict, board, denied = judge_board(request, context, project)
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     origins = context.board_origins
     if verdict is Verdict.other_origin and origins is not None:
@@ -254,4 +302,23 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
             "of its owners to add you); the projects you can open are listed at /"
         )
     assert board is not None
-    return not_serving_answer(request, project, _board_for(context, board), html=html)
+    rest = board_rest(request, project)
+    refused = asks_denied(rest, denied)
+    if refused is not None:
+        raise Forbidden(
+            f"the {refused} dashboard of {project} is restricted for you (its owners keep it "
+            f"from viewers or share links); ask an owner or editor of {project} to show it, "
+            "or to lift the restriction in the board settings"
+        )
+    view = _board_for(context, board)
+    if denied and is_listing(rest) and view is not None and view.serving:
+        return filtered_listing(view, f"/boards/{project}{rest}", denied)
+    return not_serving_answer(request, project, view, html=html)
+
+
+def board_rest(request: Request, project: str) -> str:
+    """The raw request URI after /boards/<project>, as the hook reads it."""
+    raw = request.scope.get("raw_path", b"").decode("latin-1")
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    rest = raw[len(f"/boards/{project}") :]
+    return f"{rest}?{query}" if query else rest

@@ -5,13 +5,14 @@ Writes only record desired state; the supervisor acts on its next pass."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 from tbhub.auth.caller import require_project
-from tbhub.core.models import Role
+from tbhub.core.models import BoardSettings, Role
+from tbhub.domain.dashboards import DASHBOARDS, SUGGESTED
 from tbhub.domain.projects import get_project
 from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 from tbhub.supervisor.board_settings import (
@@ -23,6 +24,7 @@ from tbhub.supervisor.board_settings import (
     describe_board,
     request_restart,
     request_stop,
+    settings_dict,
     update_settings,
 )
 
@@ -45,6 +47,14 @@ class BoardSettingsIn(BaseModel):
     pinned: StrictBool = Field(default=False, description="Never stopped when idle or evicted.")
     plugins: list[Literal["projector"]] = Field(
         default_factory=list, max_length=8, description="Off-by-default plugins to turn on."
+    )
+    restricted_dashboards: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=len(DASHBOARDS),
+        description="Dashboards (TensorBoard plugin names) the audience may not see; [] lifts "
+        "the restriction.",
+    )  # fmt: skip
+    restricted_audience: Literal["viewers", "share_links", "both"] | None = Field(
+        default=None, description="Who is kept from them; null: both."
     )
 
     def change(self) -> SettingsChange:
@@ -78,8 +88,26 @@ def put_settings(
     require_project(context.access, caller, name, Role.owner)
     update_settings(session, project=name, change=body.change(), actor=caller.name, now=_now(),
                     backend=context.settings.board_backend)  # fmt: skip
+    context.restrictions.invalidate()
     context.wake_supervisor()
     return describe_board(session, get_project(session, name=name), context.settings)
+
+
+@router.get("/restrictions")
+def get_restrictions(
+    name: ProjectInPath, caller: CallerDep, session: SessionDep, context: ContextDep
+) -> dict[str, Any]:
+    """The dashboards this project keeps from its viewers and/or share links (any member may
+    read it; owners change it with PUT .../board/settings)."""
+    require_project(context.access, caller, name, Role.viewer)
+    own = settings_dict(session.get(BoardSettings, get_project(session, name=name).id))
+    return {
+        "project": name,
+        "dashboards": own["restricted_dashboards"],
+        "audience": own["restricted_audience"],
+        "suggested": list(SUGGESTED),
+        "available": sorted(DASHBOARDS),
+    }
 
 
 @router.post("/restart", status_code=202)

@@ -26,6 +26,7 @@ from tbhub.cli.common import (
     time_column,
 )
 from tbhub.core.errors import InvalidInput
+from tbhub.domain.dashboards import SUGGESTED
 from tbhub.domain.projects import get_project
 from tbhub.supervisor.board_settings import (
     UNSET,
@@ -176,6 +177,21 @@ def board_set(
         None, "--plugin", help="Turn on an off-by-default plugin (projector); repeat for more."
     ),
     no_plugins: bool = typer.Option(False, "--no-plugins", help="Back to the default plugins."),
+    restrict: list[str] = typer.Option(
+        None,
+        "--restrict",
+        help="Keep a dashboard (TensorBoard plugin name, e.g. histograms) from the audience; "
+        "repeat for more. Replaces the restricted set.",
+    ),
+    restrict_suggested: bool = typer.Option(
+        False, "--restrict-suggested", help=f"Restrict the suggested set: {', '.join(SUGGESTED)}."
+    ),
+    no_restrict: bool = typer.Option(
+        False, "--no-restrict", help="Lift the restriction: every reader sees every dashboard."
+    ),
+    restrict_audience: str | None = typer.Option(
+        None, "--restrict-audience", help="Who is kept from them: viewers, share_links or both."
+    ),
     inherit: list[str] = typer.Option(
         None,
         "--inherit",
@@ -185,7 +201,8 @@ def board_set(
     as_json: bool = JsonOption,
 ) -> None:
     """Change the project's board settings. A change to the process (reload interval, samples,
-    plugins) restarts the board blue/green; a memory limit applies as it is."""
+    plugins) restarts the board blue/green; a memory limit and restricted dashboards apply
+    as they are."""
     fields: dict[str, Any] = {}
     if reload_interval is not None:
         fields["reload_interval"] = reload_interval
@@ -195,6 +212,13 @@ def board_set(
         fields["memory_limit"] = parse_memory_limit(memory_limit)
     if plugin or no_plugins:
         fields["plugins"] = [] if no_plugins else list(plugin)
+    if sum((bool(restrict), restrict_suggested, no_restrict)) > 1:
+        raise InvalidInput("give one of --restrict, --restrict-suggested or --no-restrict")
+    if restrict or restrict_suggested or no_restrict:
+        chosen = list(SUGGESTED) if restrict_suggested else list(restrict or [])
+        fields["restricted_dashboards"] = chosen
+    if restrict_audience is not None:
+        fields["restricted_audience"] = restrict_audience
     for name in inherit or []:
         if name not in ("reload_interval", "samples_per_plugin", "memory_limit"):
             raise InvalidInput(

@@ -132,3 +132,10 @@ class TooLarge(TbhubError):
 class InsufficientStorage(TbhubError):
     code = "insufficient_storage"
     http_status = 507
+
+
+class BoardUnavailable(TbhubError):
+    """A running board that did not answer the control plane (the filtered plugins listing)."""
+
+    code = "board_unavailable"
+    http_status = 502

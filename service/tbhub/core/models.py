@@ -275,6 +275,11 @@ class BoardSettings(Base):
     pinned: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Plugins that are off by default and that this project opted back into.
     plugins: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Dashboards (TensorBoard plugin names) this audience may not see (domain/dashboards.py).
+    restricted_dashboards: Mapped[list[str]] = mapped_column(
+        JSON, default=list, server_default="[]"
+    )
+    restricted_audience: Mapped[str | None] = mapped_column(String(16))  # None: both
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_by: Mapped[str] = mapped_column(String(64))
 

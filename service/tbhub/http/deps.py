@@ -17,6 +17,7 @@ from tbhub.auth.caller import Caller, bearer_token, refuse_token_in_url
 from tbhub.auth.compare_access import CompareCache
 from tbhub.auth.oidc import OidcClient
 from tbhub.auth.permissions import AccessCache
+from tbhub.auth.restrictions import RestrictionCache
 from tbhub.auth.sessions import (
     SESSION_COOKIE,
     CookieNames,
@@ -63,9 +64,11 @@ class AppContext:
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
     board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
     sessions: LiveSessions = field(init=False)  # which sessions are live, for the auth hook
+    restrictions: RestrictionCache = field(init=False)  # dashboards restricted per project
 
     def __post_init__(self) -> None:
         self.sessions = LiveSessions(self.factory)
+        self.restrictions = RestrictionCache(self.factory)
 
     def forget_identities(self, after: Session | None = None) -> None:
         """Drop every cached session, token, role, share link and compare board: after a
@@ -76,7 +79,9 @@ class AppContext:
         if after is not None:
             event.listen(after, "after_commit", lambda _: self.forget_identities(), once=True)
             return
-        for cache in (self.sessions, self.tokens, self.access, self.shares, self.compares):
+        caches = (self.sessions, self.tokens, self.access, self.shares, self.compares,
+                  self.restrictions)  # fmt: skip
+        for cache in caches:
             cache.invalidate()
 
 

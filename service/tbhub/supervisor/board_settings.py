@@ -3,7 +3,8 @@
 They only write desired state; the supervisor's next pass acts on it (DESIGN.md, decision 1).
 A setting that shapes the board process (reload interval, samples per plugin, plugins)
 changes the spec fingerprint, so the board is replaced blue/green with reason `spec`. The
-memory limit and the pin apply to the running board as they are.
+memory limit, the pin and the dashboards restricted for viewers or share links (enforced by
+the auth hook: domain/dashboards.py) apply to the running board as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tbhub.core.models import Board, BoardSettings, BoardState, CompareBoard, De
 from tbhub.core.settings import Settings
 from tbhub.core.timestamps import iso_utc
 from tbhub.domain import audit
+from tbhub.domain.dashboards import DEFAULT_AUDIENCE, check_restriction
 from tbhub.domain.projects import get_project
 from tbhub.supervisor.board_process import CONFINED_PLUGINS, OFF_BY_DEFAULT_PLUGINS, landlock_abi
 from tbhub.supervisor.metrics import BoardRow
@@ -49,6 +51,8 @@ class SettingsChange:
     memory_limit: int | None = UNSET
     pinned: bool = UNSET
     plugins: list[str] = UNSET
+    restricted_dashboards: list[str] = UNSET  # [] lifts the restriction
+    restricted_audience: str | None = UNSET  # viewers, share_links or both (None: both)
 
     def validate(self) -> None:
         if _given(self.reload_interval) and self.reload_interval is not None:
@@ -70,6 +74,9 @@ class SettingsChange:
                     f"unknown plugin(s) {', '.join(unknown)}; plugins a project can turn on: "
                     f"{', '.join(sorted(OFF_BY_DEFAULT_PLUGINS))}"
                 )
+        dashboards = self.restricted_dashboards if _given(self.restricted_dashboards) else ()
+        audience = self.restricted_audience if _given(self.restricted_audience) else None
+        check_restriction(dashboards, audience)
 
 
 def _given(value: object) -> bool:
@@ -150,6 +157,8 @@ def settings_dict(own: BoardSettings | None) -> dict[str, Any]:
         "memory_limit": own.memory_limit if own else None,
         "pinned": bool(own and own.pinned),
         "plugins": sorted(own.plugins or []) if own else [],
+        "restricted_dashboards": sorted(own.restricted_dashboards or []) if own else [],
+        "restricted_audience": (own.restricted_audience if own else None) or DEFAULT_AUDIENCE,
     }
 
 
@@ -183,11 +192,13 @@ def update_settings(
     row = get_project(session, name=project)
     own = session.get(BoardSettings, row.id)
     if own is None:
-        own = BoardSettings(project_id=row.id, plugins=[], pinned=False, updated_by=actor)
+        own = BoardSettings(project_id=row.id, plugins=[], pinned=False, updated_by=actor,
+                            restricted_dashboards=[])  # fmt: skip
         session.add(own)
     fields = {k: v for k, v in change.__dict__.items() if _given(v)}
     for name, value in fields.items():
-        setattr(own, name, sorted(set(value)) if name == "plugins" else value)
+        listed = name in ("plugins", "restricted_dashboards")
+        setattr(own, name, sorted(set(value)) if listed else value)
     own.updated_at, own.updated_by = now, actor
     audit.record(
         session, actor=actor, action="board.settings", target=project,

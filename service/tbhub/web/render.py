@@ -42,6 +42,8 @@ NOTICES = {
     "team_role_removed": "Team role removed.",
     "token_revoked": "Token revoked.",
     "share_revoked": "Share link revoked.",
+    "dashboards_restricted": "Dashboard restriction saved: it applies to open boards within "
+    "about 15 seconds.",
     "run_pinned": "Run pinned: retention will keep it.",
     "run_unpinned": "Run unpinned.",
     "restored": "Restored from the trash.",
