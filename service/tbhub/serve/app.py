@@ -29,6 +29,7 @@ from tbhub.api import (
     pip,
     projects,
     retention,
+    run_search,
     runs,
     share_links,
     teams,
@@ -163,6 +164,7 @@ def create_app(
     app.include_router(csrf.router)
     app.include_router(projects.router)
     app.include_router(runs.router)
+    app.include_router(run_search.router)
     app.include_router(tokens.router)
     app.include_router(uploads.router)
     app.include_router(pip.router)
