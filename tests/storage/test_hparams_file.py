@@ -22,8 +22,9 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 def write(run_dir: Path, hparams: dict[str, Any], metrics: dict[str, float]) -> bool:
+    when = {"started": 1_700_000_000.0, "now": 1_700_000_100.0}
     return write_hparams_file(run_dir.parents[1], "vision", "r1", hparams=hparams,
-                              metrics=metrics, started=1_700_000_000.0, now=1_700_000_100.0)  # fmt: skip
+                              metrics=metrics, **when)  # fmt: skip
 
 
 def read(run_dir: Path) -> tuple[dict[str, Any], list[tuple[str, int, float]]]:

@@ -14,19 +14,22 @@ import math
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, delete, false, select
+from sqlalchemy import ColumnElement, Select, delete, exists, false, func, select, text
 from sqlalchemy.orm import Session, aliased
 
 from tbhub.core.errors import InvalidInput
 from tbhub.core.models import Project, RetentionState, Run, RunParam
 
-AnySelect = TypeVar("AnySelect", bound=Select[Unpack[tuple[Any, ...]]])
+AnySelect = TypeVar("AnySelect", bound=Select[*tuple[Any, ...]])
 KINDS = {"hparam": "h", "metric": "m"}
 TEXT_MAX = 255
 KEY_MAX = 128
 MAX_FILTERS = 8
+# Filters matching at most this many runs are where a search starts; past it, the runs are
+# read in the order asked for and each is checked (domain/run_params.search_runs).
+DRIVE_LIMIT = 2000
 # kind '.' key, then the operator and the value; the key holds no operator characters.
 FILTER = re.compile(r"(hparam|metric)\.([^<>=!\x00-\x1f\x7f]{1,128})(<=|>=|!=|=|<|>)(.{0,255})",
                     re.DOTALL)  # fmt: skip
@@ -64,19 +67,18 @@ class ParamFilter:
     op: str
     value: str
 
-    def condition(self) -> ColumnElement[bool]:
+    def condition(self, table: Any = RunParam) -> ColumnElement[bool]:
         number = _number(self.value)
         if self.op in ("=", "!="):
-            if number is not None:
-                column, wanted = RunParam.num, number
-            else:
-                column, wanted = RunParam.text, self.value  # type: ignore[assignment]
-            return (column == wanted) if self.op == "=" else (column != wanted)
+            column = table.num if number is not None else table.text
+            wanted: float | str = number if number is not None else self.value
+            return (column == wanted) if self.op == "=" else (column != wanted)  # type: ignore[no-any-return]
         if number is None:
             raise InvalidInput(f"{self.op} compares numbers: {self.value!r} is not one; "
                                "use = or != for text (e.g. hparam.optimizer=adam)")  # fmt: skip
-        return {"<": RunParam.num < number, "<=": RunParam.num <= number,
-                ">": RunParam.num > number, ">=": RunParam.num >= number}[self.op]  # fmt: skip
+        num = table.num
+        return {"<": num < number, "<=": num <= number,  # type: ignore[no-any-return]
+                ">": num > number, ">=": num >= number}[self.op]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,40 @@ def parse_sort(text: str) -> ParamSort:
                        "for descending (e.g. sort=-metric.accuracy)")  # fmt: skip
 
 
-def with_param_filters(query: AnySelect, filters: Sequence[ParamFilter]) -> AnySelect:
+def with_param_filters(
+    query: AnySelect, filters: Sequence[ParamFilter], *, per_run: bool = False
+) -> AnySelect:
+    """`query` (over runs) narrowed to the runs that pass every filter."""
+    return query.where(*param_conditions(Run.id, filters, per_run=per_run))
+
+
+def param_conditions(
+    run_id: Any, filters: Sequence[ParamFilter], *, per_run: bool
+) -> list[ColumnElement[bool]]:
+    """A condition on the column `run_id` for each filter: as a set of run ids the
+    database may start from (few matches), or `per_run` as a check of each run it reads in
+    the order asked for (many matches: the first page is found long before the set is)."""
+    conditions: list[ColumnElement[bool]] = []
     for flt in filters:
-        matching = select(RunParam.run_id).where(
-            RunParam.kind == flt.kind, RunParam.key == flt.key, flt.condition()
-        )
-        query = query.where(Run.id.in_(matching))
-    return query
+        where = (RunParam.kind == flt.kind, RunParam.key == flt.key, flt.condition())
+        if per_run:
+            other = aliased(RunParam)
+            where = (other.kind == flt.kind, other.key == flt.key, flt.condition(other))
+            conditions.append(exists().where(other.run_id == run_id, *where))
+        else:
+            conditions.append(run_id.in_(select(RunParam.run_id).where(*where)))
+    return conditions
+
+
+def _matches_many(session: Session, filters: Sequence[ParamFilter]) -> bool:
+    """Whether even the narrowest filter matches more than DRIVE_LIMIT runs (each count
+    stops there, on the index alone)."""
+    for flt in filters:
+        where = (RunParam.kind == flt.kind, RunParam.key == flt.key, flt.condition())
+        capped = select(RunParam.run_id).where(*where).limit(DRIVE_LIMIT + 1).subquery()
+        if int(session.scalar(select(func.count()).select_from(capped)) or 0) <= DRIVE_LIMIT:
+            return False
+    return True
 
 
 def search_runs(
@@ -138,28 +167,71 @@ def search_runs(
 ) -> tuple[list[tuple[Run, str]], int | None]:
     """The runs of `project_ids` (None: every project) that pass every filter, in the order
     asked for (runs without the sort key last, then newest first), one page at a time; with
-    the offset of the next page, or None at the end."""
+    the offset of the next page, or None at the end.
+
+    The page is found as run ids first, from one table at a time in the order an index
+    keeps, then its runs are read: neither database then sorts every run for one page."""
+    if session.get_bind().dialect.name == "postgresql":
+        # The same statement with another value can want another plan (lr=0.001 matches a
+        # fifth of the runs, seed=4242 one): never a generic plan for a prepared statement.
+        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+    per_run = bool(filters) and _matches_many(session, filters)
+    ids: list[int] = []
+    skip, want = offset, limit + 1
+    for segment in _segments(project_ids, filters, sort, per_run=per_run, removed=include_removed):
+        found = list(session.scalars(segment.offset(skip).limit(want)))
+        ids += found
+        want -= len(found)
+        if want == 0:
+            break
+        if found or skip == 0:
+            skip = 0
+        else:  # the page starts past this segment: skip what it holds
+            counted = select(func.count()).select_from(segment.order_by(None).subquery())
+            skip = max(0, skip - int(session.scalar(counted) or 0))
+    more = len(ids) > limit
+    ids = ids[:limit]
     query = select(Run, Project.name).join(Project, Project.id == Run.project_id)
+    by_id = {row[0].id: (row[0], row[1]) for row in session.execute(query.where(Run.id.in_(ids)))}
+    return [by_id[i] for i in ids if i in by_id], (offset + limit if more else None)
+
+
+def _segments(
+    project_ids: Collection[int] | None,
+    filters: Sequence[ParamFilter],
+    sort: ParamSort,
+    *,
+    per_run: bool,
+    removed: bool,
+) -> list[Select[int]]:
+    """The run ids of the page's order, in segments read one after the other."""
+    scope: list[ColumnElement[bool]] = []
     if project_ids is not None:
-        query = query.where(Run.project_id.in_(sorted(project_ids)) if project_ids else false())
-    if not include_removed:
-        query = query.where(Run.retention_state == RetentionState.present)
-    query = with_param_filters(query, filters)
+        scope.append(Run.project_id.in_(sorted(project_ids)) if project_ids else false())
+    if not removed:
+        scope.append(Run.retention_state == RetentionState.present)
     then = Run.id.desc() if sort.descending else Run.id.asc()
     if sort.field in PLAIN_SORTS:
         column = PLAIN_SORTS[sort.field]
         first = column.desc() if sort.descending else column.asc()
         order = [then] if column is Run.id else [first.nulls_last(), then]
-    else:
-        kind, _, key = sort.field.partition(".")
-        by = aliased(RunParam)
-        query = query.outerjoin(
-            by, (by.run_id == Run.id) & (by.kind == KINDS[kind]) & (by.key == key)
-        )
-        order = [
-            (c.desc() if sort.descending else c.asc()).nulls_last() for c in (by.num, by.text)
-        ] + [then]
-    found = session.execute(query.order_by(*order).offset(offset).limit(limit + 1))
-    rows: list[tuple[Run, str]] = [(row[0], row[1]) for row in found]
-    more = len(rows) > limit
-    return rows[:limit], (offset + limit if more else None)
+        query = select(Run.id).where(*scope, *param_conditions(Run.id, filters, per_run=per_run))
+        return [query.order_by(*order)]
+    # The runs with a number for the key, by it; then those with text, by it; then the runs
+    # without the key, newest first. The first two read run_params alone, in the order of
+    # its index (kind, key, value, run id), and check each run as they go.
+    kind, _, key = sort.field.partition(".")
+    by = aliased(RunParam)
+    in_scope = exists().where(Run.id == by.run_id, *scope)
+    checks = param_conditions(by.run_id, filters, per_run=per_run)
+    keyed = select(by.run_id).where(by.kind == KINDS[kind], by.key == key, in_scope, *checks)
+    step = (lambda c: c.desc()) if sort.descending else (lambda c: c.asc())
+    without = ~exists().where(RunParam.run_id == Run.id, RunParam.kind == KINDS[kind],
+                              RunParam.key == key)  # fmt: skip
+    return [
+        keyed.where(by.num.is_not(None)).order_by(step(by.num), step(by.run_id)),
+        keyed.where(by.num.is_(None)).order_by(step(by.text), step(by.run_id)),
+        select(Run.id).where(*scope, without,
+                             *param_conditions(Run.id, filters, per_run=per_run))
+        .order_by(Run.id.desc()),
+    ]  # fmt: skip
