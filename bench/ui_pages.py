@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, insert, select
+from sqlalchemy import Connection, create_engine, insert, select
 
 from _places import PROJECT, USER
 from _processes import temp_dir
@@ -42,6 +42,22 @@ TIMING = re.compile(r"app;dur=([0-9.]+)")
 STATUSES = ["running", "finished", "finished", "finished", "failed", "killed", "discovered"]
 
 
+def add_projects(db: Connection, storage: Path, count: int, now: datetime) -> list[str]:
+    """`count` projects `team-NNN` owned by the bench user, their boards stopped."""
+    user_id = db.scalar(select(User.id).where(User.name == USER))
+    names = [f"team-{i:03d}" for i in range(count)]
+    for name in names:
+        project_id = db.execute(insert(Project).values(name=name, created_at=now)
+                                .returning(Project.id)).scalar_one()  # fmt: skip
+        db.execute(insert(Board).values(project_id=project_id, desired_state="stopped",
+                                        desired_at=now, observed_state="stopped",
+                                        restarts={}))  # fmt: skip
+        db.execute(insert(Membership).values(user_id=user_id, project_id=project_id,
+                                             role=Role.owner))  # fmt: skip
+        (storage / name).mkdir(parents=True, exist_ok=True)
+    return names
+
+
 def seed(url: str, storage: Path, *, runs: int, projects: int) -> int:
     """Projects owned by the bench user and their runs, straight into the database; returns
     the id of the one run given real event files (for the sparkline figure)."""
@@ -50,17 +66,7 @@ def seed(url: str, storage: Path, *, runs: int, projects: int) -> int:
     now = datetime.now(UTC)
     try:
         with engine.begin() as db:
-            user_id = db.scalar(select(User.id).where(User.name == USER))
-            names = [f"team-{i:03d}" for i in range(projects - 1)]
-            for name in names:
-                project_id = db.execute(insert(Project).values(name=name, created_at=now)
-                                        .returning(Project.id)).scalar_one()  # fmt: skip
-                db.execute(insert(Board).values(project_id=project_id, desired_state="stopped",
-                                                desired_at=now, observed_state="stopped",
-                                                restarts={}))  # fmt: skip
-                db.execute(insert(Membership).values(user_id=user_id, project_id=project_id,
-                                                     role=Role.owner))  # fmt: skip
-                (storage / name).mkdir(parents=True, exist_ok=True)
+            names = add_projects(db, storage, projects - 1, now)
             ids = dict(db.execute(select(Project.name, Project.id)).all())
             rows = []
             for name, count in [(PROJECT, runs), *((n, 20) for n in names)]:
@@ -164,14 +170,22 @@ def measure(database: str, url: str, args: argparse.Namespace) -> dict[str, obje
     }
 
 
-def main() -> None:
-    parser = arguments(__doc__, warmup=20, json=False, databases="sqlite,postgresql")
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--projects", type=int, default=100)
+def server_time_bench(
+    doc: str, name: str, measure: Callable[..., dict[str, object]], options: dict[str, int]
+) -> None:
+    """Parse `--warmup`, `--databases` and the integer `options` (name -> default), measure
+    on each database and print the JSON with the 200 ms p99 target."""
+    parser = arguments(doc, warmup=20, json=False, databases="sqlite,postgresql")
+    for option, default in options.items():
+        parser.add_argument(f"--{option}", type=int, default=default)
     args = parser.parse_args()
     results = on_databases(args.databases, functools.partial(measure, args=args))
-    emit_json({"benchmark": "ui_pages", "results": results, "target": {"server_p99_ms": 200}})
+    emit_json({"benchmark": name, "results": results, "target": {"server_p99_ms": 200}})
+
+
+def main() -> None:
+    server_time_bench(__doc__, "ui_pages", measure,
+                      {"requests": 300, "runs": 10_000, "projects": 100})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.core.db import transaction
 from tbhub.core.models import Project, Run, RunSource, RunStatus, RunTag
 from tbhub.core.settings import Settings
+from tbhub.domain.run_params import sync_params
 from tbhub.web.runs import TableQuery, board_filter_links
 from tests.test_api import seed, sign_in
 
@@ -41,7 +42,7 @@ def add_run(factory: sessionmaker[Session], project: str, name: str, **fields: o
                   created_by="bob", tag_rows=[RunTag(tag=t) for t in tags],  # type: ignore[attr-defined]
                   **fields)  # fmt: skip
         session.add(run)
-        session.flush()
+        sync_params(session, run)  # as the registry keeps them, for the conditions below
         return run.id
 
 
@@ -74,6 +75,20 @@ def test_filters_narrow_the_runs_table(client: TestClient, runs: dict[str, int])
     assert '<option value="best">' in page and '<option value="sweep">' in page  # suggested
     bad = client.get("/projects/vision", params={"status": "sleeping"}, headers=HTML)
     assert bad.status_code == 422 and "not one of" in bad.text
+
+
+def test_hyperparameter_and_metric_conditions_narrow_the_runs_table(
+    client: TestClient, runs: dict[str, int]
+) -> None:
+    sign_in(client, "alice")
+    get = lambda where: client.get("/projects/vision", params={"where": where}, headers=HTML)  # noqa: E731
+    assert names_on(get("hparam.lr=0.1").text) == ["alpha"]
+    assert sorted(names_on(get("hparam.lr<=0.1").text)) == ["alpha", "beta"]
+    assert names_on(get("hparam.lr<=0.1 metric.acc>0.9").text) == ["alpha"]
+    page = get("hparam.lr=0.01").text
+    assert 'value="hparam.lr=0.01"' in page and "where=hparam.lr%3D0.01" in page  # kept
+    bad = get("hparam.lr~0.1")
+    assert bad.status_code == 422 and "hparam.KEY or metric.KEY" in html.unescape(bad.text)
 
 
 def test_sorting_and_paging(

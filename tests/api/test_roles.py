@@ -22,6 +22,7 @@ MATRIX: dict[str, list[int]] = {
     # action            anon eve carol bob alice root  b-r  b-w  a-w  r-w  d-w-speech
     "read runs":       [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "read project":    [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
+    "search runs":     [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "register run":    [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
     "annotate run":    [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "pin run":         [401, 404, 403, 201, 201, 201, 403, 201, 201, 201, 404],
@@ -95,6 +96,9 @@ def _bobs_compare(team: Team) -> str:
 
 ACTIONS: dict[str, Action] = {
     "read runs": lambda t, h: t.client.get("/api/v1/projects/vision/runs", headers=h),
+    "search runs": lambda t, h: t.client.get(
+        "/api/v1/runs?project=vision&hparam.lr>=0.01&sort=-metric.accuracy", headers=h
+    ),
     "read project": lambda t, h: t.client.get("/api/v1/projects/vision", headers=h),
     "register run": lambda t, h: t.client.post(
         "/api/v1/projects/vision/runs", json={"name": f"r{next(_names)}"}, headers=h

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
+from tbhub.api.param_query import param_expressions
 from tbhub.auth.caller import require_project
 from tbhub.core.bounds import (
     INT64_MAX,
@@ -24,10 +25,12 @@ from tbhub.core.bounds import (
     ShortText,
     Tag,
 )
+from tbhub.core.db import transaction
 from tbhub.core.errors import AlreadyExists, InvalidInput
 from tbhub.core.models import RetentionState, Role, Run, RunStatus
 from tbhub.core.settings import Settings
 from tbhub.core.timestamps import Timestamp
+from tbhub.domain.hparams_sync import sync_hparams_file
 from tbhub.domain.runs import (
     RunFields,
     RunFilter,
@@ -131,6 +134,10 @@ class RunOut(BaseModel):
     last_write: Timestamp | None
     bytes: int
     files: int
+    hparams_file_error: str | None = Field(
+        description="Why the run's hparams event file (read by TensorBoard's HPARAMS tab) "
+        "could not be written; null: it is up to date"
+    )
 
     @classmethod
     def of(cls, run: Run, project: str, settings: Settings) -> RunOut:
@@ -164,6 +171,7 @@ class RunOut(BaseModel):
             last_write=run.last_write,
             bytes=run.bytes,
             files=run.files,
+            hparams_file_error=run.hparams_file_error,
         )
 
 
@@ -199,11 +207,14 @@ def create_run(
         ),
         actor=caller.name,
     )
+    sync_hparams_file(context.factory, storage_root=context.settings.storage, project=project,
+                      run=run)  # fmt: skip
     return RunOut.of(run, project, context.settings)
 
 
 @router.get("/projects/{project}/runs", response_model=RunPage)
 def list_project_runs(
+    request: Request,
     project: ProjectInPath,
     caller: CallerDep,
     context: ContextDep,
@@ -220,7 +231,9 @@ def list_project_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
 ) -> RunPage:
-    """Runs, newest first, a page at a time."""
+    """Runs, newest first, a page at a time. hparam./metric. conditions narrow them as in
+    GET /api/v1/runs (e.g. `?hparam.lr=0.1&metric.accuracy>=0.9`)."""
+    params = tuple(param_expressions(request))
     access = require_project(context.access, caller, project, Role.viewer)
     runs, next_cursor = list_runs(
         session,
@@ -233,6 +246,7 @@ def list_project_runs(
             since=parse_moment("since", since),
             until=parse_moment("until", until),
             include_removed=include_removed,
+            params=params,
         ),
         limit=limit,
         cursor=cursor,
@@ -262,24 +276,28 @@ def patch_run(
     body: RunPatch,
     caller: CallerDep,
     context: ContextDep,
-    session: SessionDep,
 ) -> RunOut:
     """Set the status (how the run ended), merge summary metrics and hyperparameters,
-    replace notes, tags or the dataset version."""
+    replace notes, tags or the dataset version. New hyperparameters or metrics go into the
+    run's hparams event file once the change has committed."""
     access = require_project(context.access, caller, project, Role.editor)
-    run = get_run(session, project_id=access.project_id, run_id=run_id)
-    update_run(
-        session,
-        run=run,
-        project=project,
-        status=body.status,
-        metrics=body.metrics,
-        notes=body.notes,
-        tags=body.tags,
-        actor=caller.name,
-        hparams=body.hparams,
-        dataset_version=body.dataset_version,
-    )
+    with transaction(context.factory) as session:
+        run = get_run(session, project_id=access.project_id, run_id=run_id)
+        update_run(
+            session,
+            run=run,
+            project=project,
+            status=body.status,
+            metrics=body.metrics,
+            notes=body.notes,
+            tags=body.tags,
+            actor=caller.name,
+            hparams=body.hparams,
+            dataset_version=body.dataset_version,
+        )
+    if body.hparams is not None or body.metrics is not None:
+        sync_hparams_file(context.factory, storage_root=context.settings.storage,
+                          project=project, run=run)  # fmt: skip
     return RunOut.of(run, project, context.settings)
 
 

@@ -102,3 +102,18 @@ class AccessCache:
 
     def invalidate(self) -> None:
         self._cache.clear()
+
+
+def readable_project_ids(
+    session: Session, *, user_id: int, token_projects: frozenset[int] | None
+) -> frozenset[int]:
+    """The ids of every project the user may read (an admin: all of them), within the
+    projects a token names when the caller came with one."""
+    user = session.get(User, user_id)
+    if user is None or user.disabled:
+        return frozenset()
+    if user.is_admin:
+        ids = frozenset(session.scalars(select(Project.id)))
+    else:
+        ids = frozenset(project_roles(session, user_id=user_id))
+    return ids if token_projects is None else ids & token_projects

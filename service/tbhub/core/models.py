@@ -474,6 +474,8 @@ class Run(Base):
     last_write: Mapped[datetime | None] = mapped_column(UTCDateTime)
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     files: Mapped[int] = mapped_column(Integer, default=0)
+    # Why the hparams event file (storage/hparams_file.py) could not be written; None: fine.
+    hparams_file_error: Mapped[str | None] = mapped_column(String(255))
 
     project: Mapped[Project] = relationship()
     tag_rows: Mapped[list[RunTag]] = relationship(
@@ -490,6 +492,25 @@ class RunTag(Base):
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     tag: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+
+
+class RunParam(Base):
+    """One hyperparameter (`kind` 'h') or summary metric ('m') of a run, one row per key:
+    what `GET /api/v1/runs` filters and sorts on with plain indexes that serve SQLite and
+    PostgreSQL alike (domain/run_params.py keeps these rows equal to the run's JSON).
+    A number sits in `num`; anything else as text in `text` (booleans 'true'/'false')."""
+
+    __tablename__ = "run_params"
+    __table_args__ = (
+        Index("ix_run_params_num", "kind", "key", "num", "run_id"),
+        Index("ix_run_params_text", "kind", "key", "text", "run_id"),
+    )
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(1), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    num: Mapped[float | None] = mapped_column(Float)
+    text: Mapped[str | None] = mapped_column(String(255))
 
 
 class RunEvent(Base):

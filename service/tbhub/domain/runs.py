@@ -23,6 +23,7 @@ from tbhub.core.db import transaction
 from tbhub.core.errors import InvalidInput, NotFound
 from tbhub.core.models import Project, RetentionState, Run, RunEvent, RunSource, RunStatus, RunTag
 from tbhub.domain import audit
+from tbhub.domain.run_params import ParamFilter, sync_params, with_param_filters
 from tbhub.storage.fsops import open_below
 from tbhub.storage.paths import open_project, project_dir
 
@@ -224,7 +225,7 @@ def _register_in(
                 )
                 session.add(run)
                 note_event(session, run, "status", fields.status.value, actor=actor, at=now)
-                session.flush()
+                sync_params(session, run)
                 audit.record(
                     session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id
                 )
@@ -279,6 +280,7 @@ class RunFilter:
     since: datetime | None = None
     until: datetime | None = None
     include_removed: bool = False
+    params: tuple[ParamFilter, ...] = ()  # hparam./metric. conditions (domain/run_params.py)
 
 
 def run_query(project_id: int, flt: RunFilter) -> Select[Run]:
@@ -303,7 +305,7 @@ def run_query(project_id: int, flt: RunFilter) -> Select[Run]:
         query = query.where(Run.created_at < flt.until)
     if not flt.include_removed:
         query = query.where(Run.retention_state == RetentionState.present)
-    return query
+    return with_param_filters(query, flt.params)
 
 
 def list_runs(
@@ -401,6 +403,8 @@ def update_run(
         if len(merged_hparams) > 256:
             raise InvalidInput("a run keeps at most 256 hyperparameters; drop some")
         run.hparams = merged_hparams
+    if metrics is not None or hparams is not None:
+        sync_params(session, run)
     if notes is not None:
         run.notes = notes
     if dataset_version is not None:

@@ -30,6 +30,7 @@ from tbhub.api import (
     projects,
     retention,
     run_contents,
+    run_search,
     runs,
     share_links,
     teams,
@@ -164,6 +165,7 @@ def create_app(
     app.include_router(csrf.router)
     app.include_router(projects.router)
     app.include_router(runs.router)
+    app.include_router(run_search.router)
     app.include_router(tokens.router)
     app.include_router(uploads.router)
     app.include_router(run_contents.router)

@@ -21,6 +21,7 @@ from tbhub.core.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKE
 from tbhub.core.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
 from tbhub.core.names import one_of
 from tbhub.domain.overview import board_detail, board_state, run_state
+from tbhub.domain.run_params import parse_filters
 from tbhub.domain.runs import SORTS, RunFilter, get_run, page_runs, run_history
 from tbhub.domain.sparkline import sparkline_svg
 from tbhub.health.incidents import run_filter
@@ -67,11 +68,13 @@ class TableQuery:
     sort: str = "created"
     order: str = "desc"
     page: int = 1
+    where: str = ""  # hparam./metric. conditions, space-separated (domain/run_params.py)
 
     def filter(self) -> RunFilter:
         status = [one_of(RunStatus, self.status, "status")] if self.status else None
+        params = tuple(parse_filters(self.where.split()))
         return RunFilter(status=status, tag=self.tag or None, group=self.group or None,
-                         text=self.q or None)  # fmt: skip
+                         text=self.q or None, params=params)  # fmt: skip
 
     def link(self, **changes: Any) -> str:
         """This page's URL with some values changed; a new filter or order starts at page 1."""
@@ -81,7 +84,7 @@ class TableQuery:
         defaults = TableQuery(self.project)
         params = {
             key: getattr(wanted, key)
-            for key in ("status", "tag", "group", "q", "sort", "order", "page")
+            for key in ("status", "tag", "group", "q", "where", "sort", "order", "page")
             if getattr(wanted, key) != getattr(defaults, key)
         }
         path = f"/projects/{quote(self.project)}"
@@ -95,7 +98,7 @@ class TableQuery:
 
     @property
     def filtered(self) -> bool:
-        return bool(self.status or self.tag or self.group or self.q)
+        return bool(self.status or self.tag or self.group or self.q or self.where)
 
 
 def _common_keys(dicts: list[dict[str, Any]]) -> list[str]:
@@ -141,10 +144,11 @@ def project_page(
     sort: Sort = "created",
     order: Order = "desc",
     page_number: Annotated[int, Query(alias="page", ge=1, le=INT32_MAX)] = 1,
+    where: Annotated[str, Query(max_length=1000)] = "",
 ) -> Response:
     access = _viewer(context, user, project)
     table = TableQuery(project, status, tag.strip(), group.strip(), q.strip(), sort, order,
-                       page_number)  # fmt: skip
+                       page_number, where.strip())  # fmt: skip
     runs, total = page_runs(session, project_id=access.project_id, flt=table.filter(),
                             sort=table.sort, descending=table.order == "desc",
                             offset=(table.page - 1) * PER_PAGE, limit=PER_PAGE)  # fmt: skip

@@ -1,0 +1,241 @@
+"""Hyperparameters and summary metrics as indexed rows (`run_params`), and the search over
+them: `hparam.lr=0.1`, `metric.accuracy>=0.9`, `sort=-metric.accuracy`.
+
+The run's JSON columns stay the record; `sync_params` rewrites the run's rows from them in
+the same transaction, so a search never sees one without the other. One row per (run, kind,
+key): a number in `num`, anything else as text (booleans 'true'/'false', lists and objects
+as JSON), so both databases answer with plain B-tree indexes, no JSON expressions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Select, delete, exists, false, func, select, text
+from sqlalchemy.orm import Session, aliased
+
+from tbhub.core.errors import InvalidInput
+from tbhub.core.models import Project, RetentionState, Run, RunParam
+
+AnySelect = TypeVar("AnySelect", bound=Select[*tuple[Any, ...]])
+KINDS = {"hparam": "h", "metric": "m"}
+TEXT_MAX = 255
+KEY_MAX = 128
+MAX_FILTERS = 8
+# Filters matching at most this many runs are where a search starts; past it, the runs are
+# read in the order asked for and each is checked (domain/run_params.search_runs).
+DRIVE_LIMIT = 2000
+# kind '.' key, then the operator and the value; the key holds no operator characters.
+FILTER = re.compile(r"(hparam|metric)\.([^<>=!\x00-\x1f\x7f]{1,128})(<=|>=|!=|=|<|>)(.{0,255})",
+                    re.DOTALL)  # fmt: skip
+PLAIN_SORTS = {"created": Run.id, "name": Run.name, "status": Run.status,
+               "last_write": Run.last_write}  # fmt: skip
+SYNTAX = ("write hparam.KEY or metric.KEY, an operator (=, !=, <, <=, >, >=) and a value, "
+          "e.g. hparam.lr=0.1 or metric.accuracy>=0.9")  # fmt: skip
+
+
+def param_cell(value: Any) -> tuple[float | None, str | None]:
+    """(num, text) of one value as `run_params` keeps it."""
+    if isinstance(value, bool):
+        return None, "true" if value else "false"
+    if isinstance(value, int | float):
+        return (float(value), None) if math.isfinite(value) else (None, str(value))
+    if isinstance(value, str):
+        return None, value[:TEXT_MAX]
+    return None, json.dumps(value, sort_keys=True)[:TEXT_MAX]
+
+
+def sync_params(session: Session, run: Run) -> None:
+    """Make the run's rows equal to its hyperparameters and metrics (run flushed first)."""
+    session.flush()
+    session.execute(delete(RunParam).where(RunParam.run_id == run.id))
+    for kind, values in (("h", run.hparams), ("m", run.metrics)):
+        for key, value in (values or {}).items():
+            num, text = param_cell(value)
+            session.add(RunParam(run_id=run.id, kind=kind, key=key[:KEY_MAX], num=num, text=text))
+
+
+@dataclass(frozen=True)
+class ParamFilter:
+    kind: str  # 'h' or 'm'
+    key: str
+    op: str
+    value: str
+
+    def condition(self, table: Any = RunParam) -> ColumnElement[bool]:
+        number = _number(self.value)
+        if self.op in ("=", "!="):
+            column = table.num if number is not None else table.text
+            wanted: float | str = number if number is not None else self.value
+            return (column == wanted) if self.op == "=" else (column != wanted)  # type: ignore[no-any-return]
+        if number is None:
+            raise InvalidInput(f"{self.op} compares numbers: {self.value!r} is not one; "
+                               "use = or != for text (e.g. hparam.optimizer=adam)")  # fmt: skip
+        num = table.num
+        return {"<": num < number, "<=": num <= number,  # type: ignore[no-any-return]
+                ">": num > number, ">=": num >= number}[self.op]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ParamSort:
+    field: str  # 'created', 'name', ... or 'hparam.KEY' / 'metric.KEY'
+    descending: bool
+
+
+def _number(text: str) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_filters(expressions: Sequence[str]) -> list[ParamFilter]:
+    if len(expressions) > MAX_FILTERS:
+        raise InvalidInput(f"at most {MAX_FILTERS} hparam./metric. filters at once; drop some")
+    found = []
+    for expression in expressions:
+        match = FILTER.fullmatch(expression)
+        if match is None:
+            raise InvalidInput(f"filter {expression[:300]!r} is not understood: {SYNTAX}")
+        kind, key, op, value = match.groups()
+        found.append(ParamFilter(KINDS[kind], key, op, value))
+    return found
+
+
+def parse_sort(text: str) -> ParamSort:
+    descending = text.startswith("-")
+    field = text.removeprefix("-")
+    kind, dot, key = field.partition(".")
+    if field in PLAIN_SORTS or (kind in KINDS and dot and 0 < len(key) <= KEY_MAX):
+        return ParamSort(field, descending)
+    raise InvalidInput(f"sort {text[:300]!r} is not understood: use one of "
+                       f"{', '.join(PLAIN_SORTS)}, hparam.KEY or metric.KEY, with a leading '-' "
+                       "for descending (e.g. sort=-metric.accuracy)")  # fmt: skip
+
+
+def with_param_filters(
+    query: AnySelect, filters: Sequence[ParamFilter], *, per_run: bool = False
+) -> AnySelect:
+    """`query` (over runs) narrowed to the runs that pass every filter."""
+    return query.where(*param_conditions(Run.id, filters, per_run=per_run))
+
+
+def param_conditions(
+    run_id: Any, filters: Sequence[ParamFilter], *, per_run: bool
+) -> list[ColumnElement[bool]]:
+    """A condition on the column `run_id` for each filter: as a set of run ids the
+    database may start from (few matches), or `per_run` as a check of each run it reads in
+    the order asked for (many matches: the first page is found long before the set is)."""
+    conditions: list[ColumnElement[bool]] = []
+    for flt in filters:
+        where = (RunParam.kind == flt.kind, RunParam.key == flt.key, flt.condition())
+        if per_run:
+            other = aliased(RunParam)
+            where = (other.kind == flt.kind, other.key == flt.key, flt.condition(other))
+            conditions.append(exists().where(other.run_id == run_id, *where))
+        else:
+            conditions.append(run_id.in_(select(RunParam.run_id).where(*where)))
+    return conditions
+
+
+def _matches_many(session: Session, filters: Sequence[ParamFilter]) -> bool:
+    """Whether even the narrowest filter matches more than DRIVE_LIMIT runs (each count
+    stops there, on the index alone)."""
+    for flt in filters:
+        where = (RunParam.kind == flt.kind, RunParam.key == flt.key, flt.condition())
+        capped = select(RunParam.run_id).where(*where).limit(DRIVE_LIMIT + 1).subquery()
+        if int(session.scalar(select(func.count()).select_from(capped)) or 0) <= DRIVE_LIMIT:
+            return False
+    return True
+
+
+def search_runs(
+    session: Session,
+    *,
+    project_ids: Collection[int] | None,
+    filters: Sequence[ParamFilter],
+    sort: ParamSort,
+    offset: int,
+    limit: int,
+    include_removed: bool = False,
+) -> tuple[list[tuple[Run, str]], int | None]:
+    """The runs of `project_ids` (None: every project) that pass every filter, in the order
+    asked for (runs without the sort key last, then newest first), one page at a time; with
+    the offset of the next page, or None at the end.
+
+    The page is found as run ids first, from one table at a time in the order an index
+    keeps, then its runs are read: neither database then sorts every run for one page."""
+    if session.get_bind().dialect.name == "postgresql":
+        # The same statement with another value can want another plan (lr=0.001 matches a
+        # fifth of the runs, seed=4242 one): never a generic plan for a prepared statement.
+        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+    per_run = bool(filters) and _matches_many(session, filters)
+    ids: list[int] = []
+    skip, want = offset, limit + 1
+    for segment in _segments(project_ids, filters, sort, per_run=per_run, removed=include_removed):
+        found = list(session.scalars(segment.offset(skip).limit(want)))
+        ids += found
+        want -= len(found)
+        if want == 0:
+            break
+        if found or skip == 0:
+            skip = 0
+        else:  # the page starts past this segment: skip what it holds
+            counted = select(func.count()).select_from(segment.order_by(None).subquery())
+            skip = max(0, skip - int(session.scalar(counted) or 0))
+    more = len(ids) > limit
+    ids = ids[:limit]
+    query = select(Run, Project.name).join(Project, Project.id == Run.project_id)
+    by_id = {row[0].id: (row[0], row[1]) for row in session.execute(query.where(Run.id.in_(ids)))}
+    return [by_id[i] for i in ids if i in by_id], (offset + limit if more else None)
+
+
+def _segments(
+    project_ids: Collection[int] | None,
+    filters: Sequence[ParamFilter],
+    sort: ParamSort,
+    *,
+    per_run: bool,
+    removed: bool,
+) -> list[Select[int]]:
+    """The run ids of the page's order, in segments read one after the other."""
+    scope: list[ColumnElement[bool]] = []
+    if project_ids is not None:
+        scope.append(Run.project_id.in_(sorted(project_ids)) if project_ids else false())
+    if not removed:
+        scope.append(Run.retention_state == RetentionState.present)
+    then = Run.id.desc() if sort.descending else Run.id.asc()
+    if sort.field in PLAIN_SORTS:
+        column = PLAIN_SORTS[sort.field]
+        first = column.desc() if sort.descending else column.asc()
+        order = [then] if column is Run.id else [first.nulls_last(), then]
+        query = select(Run.id).where(*scope, *param_conditions(Run.id, filters, per_run=per_run))
+        return [query.order_by(*order)]
+    # The runs with a number for the key, by it; then those with text, by it; then the runs
+    # without the key, newest first. The first two read run_params alone, in the order of
+    # its index (kind, key, value, run id), and check each run as they go.
+    kind, _, key = sort.field.partition(".")
+    by = aliased(RunParam)
+    in_scope = exists().where(Run.id == by.run_id, *scope)
+    # A filter on the sort key itself bounds the index range read (metric.accuracy>=0.9).
+    own = [f for f in filters if (f.kind, f.key) == (KINDS[kind], key)]
+    others = [f for f in filters if f not in own]
+    checks = [f.condition(by) for f in own]
+    checks += param_conditions(by.run_id, others, per_run=per_run)
+    keyed = select(by.run_id).where(by.kind == KINDS[kind], by.key == key, in_scope, *checks)
+    step = (lambda c: c.desc()) if sort.descending else (lambda c: c.asc())
+    without = ~exists().where(RunParam.run_id == Run.id, RunParam.kind == KINDS[kind],
+                              RunParam.key == key)  # fmt: skip
+    return [
+        keyed.where(by.num.is_not(None)).order_by(step(by.num), step(by.run_id)),
+        keyed.where(by.num.is_(None)).order_by(step(by.text), step(by.run_id)),
+        select(Run.id).where(*scope, without,
+                             *param_conditions(Run.id, filters, per_run=per_run))
+        .order_by(Run.id.desc()),
+    ]  # fmt: skip
