@@ -157,6 +157,14 @@ def test_projector_is_off_by_default_and_a_project_can_opt_back_in(
     assert state is not None
     status = Path(f"/proc/{state.pid}/status").read_text()
     assert "NoNewPrivs:\t1" in status, "the board confined itself (Landlock) before loading it"
+    # Confined, it still reads its runs (its data server's port file is in its own TMPDIR).
+    tags_url = f"http://{board.upstream}/boards/vision/data/plugin/scalars/tags"
+    deadline = time.monotonic() + 60
+    with httpx.Client(timeout=10) as client:
+        while not (tags := client.get(tags_url)).is_success or not tags.json():
+            assert time.monotonic() < deadline, f"the confined board read no run: {tags.text}"
+            time.sleep(0.5)
+    assert "run" in tags.json()
 
 
 CONFINED = """

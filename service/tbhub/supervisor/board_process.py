@@ -19,7 +19,9 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +188,36 @@ def run_board(args: Sequence[str], *, server_class: Any = None) -> int:
     return 0
 
 
+PRIVATE_TEMP_PREFIX = "tbhub-board-"
+
+
+def private_temp_dir() -> str:
+    """A temporary directory of this board alone, made the process's TMPDIR: a confined
+    board cannot read the shared one (other projects may live there), and TensorBoard reads
+    back what it writes there (its data server's port file). Those of boards gone are
+    removed first: a board ends by a signal, with no clean-up of its own."""
+    shared = tempfile.gettempdir()
+    for entry in os.scandir(shared):
+        pid = entry.name.removeprefix(PRIVATE_TEMP_PREFIX)
+        if entry.name.startswith(PRIVATE_TEMP_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+    private = os.path.join(shared, f"{PRIVATE_TEMP_PREFIX}{os.getpid()}")
+    shutil.rmtree(private, ignore_errors=True)  # a dead board's, under a reused PID
+    os.mkdir(private, 0o700)
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    return private
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def confine_or_disable(flags: Sequence[str]) -> set[str]:
     """Confine this board to its logdir for the plugins that need it; the plugins to leave
     out when that cannot be done (the reason goes to the board's log). A container board
@@ -194,7 +226,8 @@ def confine_or_disable(flags: Sequence[str]) -> set[str]:
         return set()
     logdir = flags[flags.index("--logdir") + 1]
     try:
-        confine_reads(read_roots(os.path.abspath(logdir)))
+        private = private_temp_dir()
+        confine_reads([private, *read_roots(os.path.abspath(logdir))])
     except OSError as exc:
         left_out = ", ".join(sorted(CONFINED_PLUGINS))
         print(f"tbhub: left out {left_out}: this host cannot keep the board from reading "
