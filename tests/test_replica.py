@@ -260,3 +260,14 @@ def test_a_job_runs_once_on_the_database_whatever_data_dir_asks(
             pass
     with job_lock(settings("replica-b"), "backup"):  # and the lock is free again
         pass
+
+
+def test_a_job_that_ended_frees_its_lock_before_the_next_asks(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The server lets go of a closed connection's locks only as its process exits, so a job
+    run right after another found the lock taken unless the first unlocked it itself."""
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
+    for _ in range(50):
+        with job_lock(settings, "backup"):
+            pass

@@ -19,7 +19,7 @@ import hmac
 import os
 import socket
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -164,7 +164,14 @@ def job_lock_held(database_url: str, job: str) -> Iterator[str | None]:
         key = JOB_KEYS[job]
         row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
         if row and row[0]:
-            yield None
+            try:
+                yield None
+            finally:
+                # Unlock before closing: a closed connection's server process lets go of its
+                # locks only as it exits, after close() returned, and the next job would
+                # find the lock still held by a session that is gone.
+                with suppress(psycopg.Error):  # a lost connection holds nothing
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
             return
         holder = conn.execute(
             "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
