@@ -5,7 +5,8 @@ someone else asks: another pytest worker, or a board the kernel also gives ports
 ephemeral range, may get it before our server binds it, and the test then talks to a
 stranger. So each worker draws from its own slice of the ports below the ephemeral range
 (which starts at 32768 here and on Linux by default), walking it in order and skipping a
-port something already holds.
+port something already holds. Test runs side by side on one host (say, in two worktrees)
+each set TBHUB_TEST_PORTS to a range of their own, as `FIRST-LAST`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ import socket
 FIRST, LAST = 10_000, 32_000  # below the kernel's ephemeral range
 
 
+def _bounds() -> tuple[int, int]:
+    first, _, last = os.environ.get("TBHUB_TEST_PORTS", f"{FIRST}-{LAST}").partition("-")
+    return int(first), int(last)
+
+
 def _slice() -> range:
+    first, last = _bounds()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
-    width = (LAST - FIRST) // max(count, index + 1)
-    start = FIRST + index * width
+    width = (last - first) // max(count, index + 1)
+    start = first + index * width
     return range(start, start + width)
 
 
