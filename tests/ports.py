@@ -33,12 +33,13 @@ def _slice() -> range:
     return range(start, start + width)
 
 
-_candidates = itertools.cycle(_slice())
+_SLICE = _slice()
+_candidates = itertools.cycle(_SLICE)
 
 
 def free_port() -> int:
     """A loopback port of this worker's slice that nothing listens on now."""
-    for _ in range(len(_slice())):
+    for _ in range(len(_SLICE)):
         port = next(_candidates)
         with socket.socket() as sock:
             try:

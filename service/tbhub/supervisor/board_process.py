@@ -17,6 +17,7 @@ The launcher adds what plain `tensorboard` cannot do from flags:
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
 import shutil
@@ -64,9 +65,13 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _syscall(number: int, *args: object) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = int(libc.syscall(ctypes.c_long(number), *args))
+    result = int(_libc().syscall(ctypes.c_long(number), *args))
     if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"Landlock: {os.strerror(code)}")
@@ -108,8 +113,7 @@ def confine_reads(roots: Iterable[str]) -> None:
                          ctypes.byref(rule), ctypes.c_uint32(0))  # fmt: skip
             finally:
                 os.close(fd)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0),
+        if _libc().prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0),
                       ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:  # fmt: skip
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         _syscall(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
