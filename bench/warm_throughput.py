@@ -1,7 +1,7 @@
 """Warm throughput: a ready board through tbhub's nginx gate versus the board directly.
 
 What it measures: with the board of project `bench` running and ready,
-`wrk -t2 -c16 -d10s -H 'Cookie: tbhub_session=<signed-in session>'` against
+`wrk -t2 -c64 -d10s -H 'Cookie: tbhub_session=<signed-in session>'` against
 
 - direct: the board's own address, `http://<upstream>/boards/bench/data/environment`, where
   <upstream> comes from the board state file `<data_dir>/boards/*.json`;
@@ -10,7 +10,7 @@ What it measures: with the board of project `bench` running and ready,
 
 Runs alternate direct, nginx, direct, ... (5 of each by default) after one short unmeasured
 warm-up of each. Reported: requests/s of every run, the medians and
-median(nginx) / median(direct); the target is >= 0.9x. Any non-2xx/3xx answer or socket error
+median(nginx) / median(direct); the target is >= 0.97x. Any non-2xx/3xx answer or socket error
 that wrk reports is shown, and a run with non-2xx answers through nginx fails the check;
 before measuring, the script checks that nginx answers 200 with the same JSON as the board.
 As a hint of whether nginx's auth cache works, it also reports the CPU seconds `tbhub serve`
@@ -20,7 +20,7 @@ the cache hits, about a second or more per thousand requests when every request 
 With `--backend docker` the board is a container (TBHUB_BOARD_BACKEND=docker, the board
 image built first, an installation id of the run whose containers and network are removed
 afterwards): direct is then the port the container publishes on 127.0.0.1, the address
-nginx proxies to, and the target is >= 0.95x.
+nginx proxies to, and the target is >= 0.97x as well.
 
 Data: 3 runs x 100 steps x 5 tags (tbhub.storage.sample_logs), cached under
 $TMPDIR/tbhub-bench-cache/.
@@ -49,9 +49,9 @@ from _tbhub import Tbhub, docker_boards
 from _wrk import WrkReport, run_wrk
 
 RUNS, STEPS, TAGS = 3, 100, 5
-THREADS, CONNECTIONS = 2, 16
+THREADS, CONNECTIONS = 2, 64
 PATH = "data/environment"
-TARGET_RATIO = {"subprocess": 0.9, "docker": 0.95}
+TARGET_RATIO = {"subprocess": 0.97, "docker": 0.97}  # issue 19: the proxy costs nothing
 
 
 @dataclass

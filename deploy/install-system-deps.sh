@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the system programs tbhub needs when they are missing: nginx and rsync to run;
+# Installs the system programs tbhub needs when they are missing: nginx and rsync to run,
+# and nginx's Lua module with lua-resty-core (nginx keeps connections to boards open with
+# Lua's balancer; without them it proxies with a connection per request);
 # with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
 # with npm (the OpenID provider the tests sign in against), systemd-analyze (the unit
 # in deploy/systemd is verified), docker.io (the container backend tests) and
@@ -12,6 +14,8 @@ missing=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || missing+=(nginx)
 have rsync || missing+=(rsync)
+[ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] || missing+=(libnginx-mod-http-lua)
+[ -e /usr/share/lua/5.1/ngx/balancer.lua ] || missing+=(lua-resty-core)
 case "${1:-}" in
   test)
     have chromium || missing+=(chromium)

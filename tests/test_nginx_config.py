@@ -6,8 +6,17 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tbhub.core.settings import Settings
-from tbhub.serve.nginx import IDENTITY_HEADERS, find_nginx, render_config, write_config
+from tbhub.serve import nginx as nginx_module
+from tbhub.serve.nginx import (
+    IDENTITY_HEADERS,
+    find_nginx,
+    lua_modules,
+    render_config,
+    write_config,
+)
 
 
 def make_settings(tmp_path: Path) -> Settings:
@@ -52,7 +61,11 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
 def test_board_location_routes_by_the_hook_answer(tmp_path: Path) -> None:
     text = render_config(make_settings(tmp_path))
     assert "auth_request_set $board_upstream $upstream_http_x_board_upstream;" in text
-    assert "proxy_pass http://$board_upstream;" in text
+    # Through the pool of kept connections (Lua's balancer, installed by make test).
+    assert lua_modules(find_nginx("nginx")), "install libnginx-mod-http-lua and lua-resty-core"
+    assert "proxy_pass http://$board_pool;" in text
+    pool = text.split("upstream tbhub_boards {", 1)[1].split("\n    }\n", 1)[0]
+    assert "balancer_by_lua_block" in pool and "keepalive 128;" in pool
     assert "listen 127.0.0.1:18999;" in text
     assert "server 127.0.0.1:18998;" in text
 
@@ -65,3 +78,18 @@ def test_uploads_stream_through_with_a_one_chunk_body_limit(tmp_path: Path) -> N
     assert "proxy_request_buffering off;" in body
     assert f"client_max_body_size {5 << 20};" in body
     assert "error_page 413 = @upload_too_large;" in body
+
+
+def test_without_lua_boards_are_proxied_a_connection_per_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nginx_module, "lua_modules", lambda binary: [])
+    settings = make_settings(tmp_path)
+    text = render_config(settings)
+    assert "proxy_pass http://$board_upstream;" in text
+    assert "load_module" not in text and "tbhub_boards" not in text
+    conf = write_config(settings)
+    command = [find_nginx("nginx"), "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
+               "-e", str(tmp_path / "e.log")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -6,6 +6,7 @@ import grp
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -71,6 +72,27 @@ def nginx_quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
+LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")  # in this order
+# Where Debian's lua-resty-core keeps `ngx.balancer`, the Lua module's required library.
+LUA_PACKAGE_PATH = "/usr/share/lua/5.1/?.lua"
+BOARD_KEEPALIVE = 128  # idle connections to boards nginx keeps, over all boards
+
+
+def lua_modules(binary: str | None) -> list[str]:
+    """The module files that give this nginx Lua's balancer, in load order; [] where it has
+    none (libnginx-mod-http-lua and lua-resty-core are not installed): boards are then
+    proxied with a connection per request."""
+    if binary is None or not Path(LUA_PACKAGE_PATH.replace("?", "ngx/balancer")).is_file():
+        return []
+    try:
+        version = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = re.search(r"--modules-path=(\S+)", version.stderr)
+    modules = [Path(found.group(1)) / name for name in LUA_MODULES] if found else []
+    return [str(m) for m in modules] if modules and all(m.is_file() for m in modules) else []
+
+
 def render_config(settings: Settings) -> str:
     template_text = nginx_template().read_text()
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -101,6 +123,9 @@ def render_config(settings: Settings) -> str:
         url_token_regex=URL_TOKEN_REGEX,
         hop_header=HOP_HEADER,
         hop_key=hop_key(settings.secret_key.get_secret_value()),
+        lua_modules=lua_modules(which_nginx(settings.nginx_bin)),
+        lua_package_path=LUA_PACKAGE_PATH,
+        board_keepalive=BOARD_KEEPALIVE,
     )
 
 
@@ -117,8 +142,12 @@ def write_config(settings: Settings) -> Path:
     return path
 
 
+def which_nginx(binary: str) -> str | None:
+    return shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/local/sbin")
+
+
 def find_nginx(binary: str) -> str:
-    found = shutil.which(binary) or shutil.which(binary, path="/usr/sbin:/usr/local/sbin")
+    found = which_nginx(binary)
     if found is None:
         raise ConfigError(
             f"nginx not found (TBHUB_NGINX_BIN={binary!r}); install it with "

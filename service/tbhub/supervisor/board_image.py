@@ -2,8 +2,8 @@
 
 The image starts FROM scratch and holds exactly what a board runs:
 - the interpreter and its standard library (less tests, IDLE, tkinter, the static library);
-- TensorBoard and its requirements, copied from tbhub's own environment
-  (`importlib.metadata`: the files each distribution's RECORD lists);
+- TensorBoard and waitress (the board's HTTP server) with their requirements, copied from
+  tbhub's own environment (`importlib.metadata`: the files each distribution's RECORD lists);
 - tbhub's launcher (`tbhub.supervisor.board_process`) and nothing else of tbhub;
 - the shared libraries every ELF file among those links, as `ldd` resolves them;
 - /etc/passwd and /etc/group naming nobody, and an empty /tmp.
@@ -46,7 +46,7 @@ IMAGE_PYTHON = "/opt/tbhub/bin/python"
 ENTRYPOINT = [IMAGE_PYTHON, "-m", "tbhub.supervisor.board_process"]
 BOARD_PORT = 6006  # TensorBoard's port inside a board container
 # The distributions a board needs; their requirements follow.
-ROOT_DISTRIBUTIONS = ("tensorboard",)
+ROOT_DISTRIBUTIONS = ("tensorboard", "waitress")  # waitress: board_process.board_server
 LAUNCHER = "supervisor/board_process.py"  # the one module of tbhub a board imports
 # Its packages' __init__ files, written as these stubs: the image does not change with them.
 PACKAGE_STUBS = {

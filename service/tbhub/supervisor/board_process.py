@@ -169,10 +169,43 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def run_board(args: Sequence[str], *, server_class: Any = None) -> int:
-    """Configure TensorBoard from `board_args` output and serve until stopped.
+# The board's HTTP server. TensorBoard's own (Werkzeug's development server) closes the
+# connection after every answer and starts a thread per connection; waitress keeps
+# connections alive (nginx holds a pool of them per board, nginx/tbhub.conf.j2) and answers
+# from a fixed pool of threads.
+SERVER_THREADS = 16  # requests answered at once; TensorBoard's calls are short
+SERVER_CONNECTIONS = 1024  # open connections, idle ones included (nginx keeps some)
+SERVER_IDLE_SECONDS = 120  # an idle connection is closed after this (nginx lets go at 60 s)
 
-    `server_class` is TensorBoard's own hook for wrapping its WSGI server (tests use it)."""
+
+def board_server(wsgi_app: Any, flags: Any) -> Any:
+    """TensorBoard's `server_class` hook: the board's WSGI app served by waitress, on the
+    host and port of TensorBoard's flags (port 0: one the kernel gives)."""
+    import waitress
+    from tensorboard import program
+
+    class BoardServer(program.TensorBoardServer):
+        def __init__(self) -> None:
+            self._server = waitress.create_server(
+                wsgi_app, host=flags.host, port=flags.port, threads=SERVER_THREADS,
+                connection_limit=SERVER_CONNECTIONS, channel_timeout=SERVER_IDLE_SECONDS,
+                asyncore_use_poll=True,  # select() fails past descriptor 1023 (TensorBoard #4955)
+                ident="TensorBoard",
+            )  # fmt: skip
+            port = self._server.effective_port
+            self._url = f"http://{flags.host}:{port}{flags.path_prefix or ''}/"
+
+        def serve_forever(self) -> None:
+            self._server.run()
+
+        def get_url(self) -> str:
+            return self._url
+
+    return BoardServer()
+
+
+def run_board(args: Sequence[str]) -> int:
+    """Configure TensorBoard from `board_args` output and serve until stopped."""
     from absl import app
     from tensorboard import default, main_lib, program
     from tensorboard.plugins import base_plugin
@@ -183,7 +216,7 @@ def run_board(args: Sequence[str], *, server_class: Any = None) -> int:
         disabled |= confine_or_disable(flags)
     main_lib.global_init()
     plugins = [p for p in default.get_plugins() if getattr(p, "plugin_name", None) not in disabled]
-    board = program.TensorBoard(plugins=plugins, server_class=server_class)
+    board = program.TensorBoard(plugins=plugins, server_class=board_server)
     try:
         app.run(board.main, argv=["tensorboard", *flags], flags_parser=board.configure)
     except base_plugin.FlagsError as exc:
