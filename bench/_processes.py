@@ -153,11 +153,13 @@ def bare_tensorboard(logdir: Path, port: int, log_path: Path) -> Group:
 
 
 def ready_bare_tensorboard(
-    logdir: Path, names: Sequence[str], log_path: Path, *, timeout: float, interval: float = 0.05
-) -> tuple[Group, float]:
-    """A bare TensorBoard on `logdir` once its /data/runs lists every run in `names`, and the
-    seconds from spawning it to that answer. Stopped if it does not get there."""
-    port = free_port()
+    logdir: Path, names: Sequence[str], log_path: Path, *, timeout: float, interval: float = 0.05,
+    port: int | None = None,
+) -> tuple[Group, float]:  # fmt: skip
+    """A bare TensorBoard on `logdir` (on `port`, or a free one) once its /data/runs lists
+    every run in `names`, and the seconds from spawning it to that answer. Stopped if it
+    does not get there."""
+    port = port or free_port()
     url = f"http://{HOST}:{port}/data/runs"
     started = time.monotonic()
     board = bare_tensorboard(logdir, port, log_path)

@@ -10,28 +10,25 @@ import os
 import sys
 from urllib.parse import parse_qs
 
-from tensorboard import program
-
 from tbhub.supervisor.board_process import run_board
 
 LEAKED = []
 INSTANCE = os.environ.get("TBHUB_INSTANCE", "")
 
 
-class LeakyServer(program.WerkzeugServer):
-    def __init__(self, wsgi_app, flags):
-        def leaky(environ, start_response):
-            mib = parse_qs(environ.get("QUERY_STRING", "")).get("tbhub_test_leak_mib")
-            if mib:
-                LEAKED.append(b"x" * (int(mib[0]) << 20))
+def leaky(wsgi_app):
+    def app(environ, start_response):
+        mib = parse_qs(environ.get("QUERY_STRING", "")).get("tbhub_test_leak_mib")
+        if mib:
+            LEAKED.append(b"x" * (int(mib[0]) << 20))
 
-            def start(status, headers, exc_info=None):
-                return start_response(status, [*headers, ("X-Test-Instance", INSTANCE)], exc_info)
+        def start(status, headers, exc_info=None):
+            return start_response(status, [*headers, ("X-Test-Instance", INSTANCE)], exc_info)
 
-            return wsgi_app(environ, start)
+        return wsgi_app(environ, start)
 
-        super().__init__(leaky, flags)
+    return app
 
 
 if __name__ == "__main__":
-    sys.exit(run_board(sys.argv[1:], server_class=LeakyServer))
+    sys.exit(run_board(sys.argv[1:], middleware=leaky))

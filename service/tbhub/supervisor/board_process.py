@@ -23,7 +23,8 @@ import resource
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_image.py)
@@ -173,16 +174,72 @@ def raise_open_file_limit() -> None:
 # connection after every answer and starts a thread per connection; waitress keeps
 # connections alive (nginx holds a pool of them per board, nginx/tbhub.conf.j2) and answers
 # from a fixed pool of threads.
+Middleware = Callable[[Any], Any]  # a WSGI app in, a WSGI app out
 SERVER_THREADS = 16  # requests answered at once; TensorBoard's calls are short
 SERVER_CONNECTIONS = 1024  # open connections, idle ones included (nginx keeps some)
 SERVER_IDLE_SECONDS = 120  # an idle connection is closed after this (nginx lets go at 60 s)
 
 
-def board_server(wsgi_app: Any, flags: Any) -> Any:
-    """TensorBoard's `server_class` hook: the board's WSGI app served by waitress, on the
-    host and port of TensorBoard's flags (port 0: one the kernel gives)."""
+# The requests a board is answering, for the supervisor draining it: idle connections kept
+# open by nginx say nothing of that. Outside the board's path prefix, which is all nginx
+# routes to a board, so only the host's own processes ask.
+IN_FLIGHT_PATH = "/_tbhub/in-flight"
+
+
+class _Counted:
+    """A WSGI app that counts the requests it has not finished answering, body included,
+    and tells the count at IN_FLIGHT_PATH."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == IN_FLIGHT_PATH:
+            headers = [("Content-Type", "text/plain"), ("Cache-Control", "no-store")]
+            start_response("200 OK", headers)
+            return [str(self.in_flight).encode()]
+        with self.lock:
+            self.in_flight += 1
+        try:
+            return _Answer(self.app(environ, start_response), self._done)
+        except BaseException:
+            self._done()
+            raise
+
+    def _done(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+class _Answer:
+    """An answer's body, which tells its app when the server has sent it (or given up)."""
+
+    def __init__(self, body: Any, done: Callable[[], None]) -> None:
+        self.body, self.done = body, done
+
+    def __iter__(self) -> Any:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            if hasattr(self.body, "close"):
+                self.body.close()
+        finally:
+            self.done()
+
+
+def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = None) -> Any:
+    """TensorBoard's `server_class` hook: the board's WSGI app (wrapped in `middleware`, if
+    given) served by waitress, on the host and port of TensorBoard's flags (port 0: one the
+    kernel gives)."""
     import waitress
     from tensorboard import program
+
+    if middleware is not None:
+        wsgi_app = middleware(wsgi_app)
+    wsgi_app = _Counted(wsgi_app)
 
     class BoardServer(program.TensorBoardServer):
         def __init__(self) -> None:
@@ -201,11 +258,15 @@ def board_server(wsgi_app: Any, flags: Any) -> Any:
         def get_url(self) -> str:
             return self._url
 
+        def close(self) -> None:
+            self._server.close()
+
     return BoardServer()
 
 
-def run_board(args: Sequence[str]) -> int:
-    """Configure TensorBoard from `board_args` output and serve until stopped."""
+def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> int:
+    """Configure TensorBoard from `board_args` output and serve until stopped. `middleware`
+    wraps TensorBoard's WSGI app (bench/leaky_board.py's leak)."""
     from absl import app
     from tensorboard import default, main_lib, program
     from tensorboard.plugins import base_plugin
@@ -216,7 +277,8 @@ def run_board(args: Sequence[str]) -> int:
         disabled |= confine_or_disable(flags)
     main_lib.global_init()
     plugins = [p for p in default.get_plugins() if getattr(p, "plugin_name", None) not in disabled]
-    board = program.TensorBoard(plugins=plugins, server_class=board_server)
+    server = functools.partial(board_server, middleware=middleware)
+    board = program.TensorBoard(plugins=plugins, server_class=server)
     try:
         app.run(board.main, argv=["tensorboard", *flags], flags_parser=board.configure)
     except base_plugin.FlagsError as exc:

@@ -2,8 +2,8 @@
 
 Health is `/data/environment` answering 200 (unlike `/data/logdir` it needs the data
 server). During a swap the loop also asks `/data/runs` of every instance of the project, so
-a replacement takes over only once it lists the old one's runs, and counts the requests
-still in flight at instances that are draining.
+a replacement takes over only once it lists the old one's runs, and asks instances that are
+draining how many requests they are still answering.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import replace
 import httpx
 
 from tbhub.supervisor.backends.base import Backend
+from tbhub.supervisor.board_process import IN_FLIGHT_PATH
 from tbhub.supervisor.plan import Instance, board_prefix
 
 log = logging.getLogger("tbhub.supervisor")
@@ -42,6 +43,16 @@ def list_runs(instance: Instance, client: httpx.Client) -> frozenset[str] | None
     except (httpx.HTTPError, ValueError):
         return None
     return frozenset(str(r) for r in runs) if isinstance(runs, list) else None
+
+
+def requests_in_flight(instance: Instance, client: httpx.Client) -> int | None:
+    """What the board says it is answering (board_process.IN_FLIGHT_PATH); None if it does
+    not say (a board of an older launcher)."""
+    try:
+        response = client.get(f"http://{instance.upstream}{IN_FLIGHT_PATH}")
+        return int(response.text) if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 class Observer:
@@ -75,8 +86,12 @@ class Observer:
     def _probe(self, instance: Instance, measure_memory: bool, *, swapping: bool) -> Instance:
         if not instance.alive:
             return instance
-        # Counted before this pass's own probes open connections to it.
-        active = self.backend.active_requests(instance) if swapping else 0
+        # Asked before this pass's own probes. nginx keeps idle connections open to boards,
+        # so open connections count requests only for a board that cannot tell.
+        active = 0
+        if swapping:
+            told = requests_in_flight(instance, self.client)
+            active = self.backend.active_requests(instance) if told is None else told
         ready = probe_ready(instance, self.client)
         pss = self.backend.memory_bytes(instance) if measure_memory else None
         runs = list_runs(instance, self.client) if swapping and ready else None
