@@ -21,6 +21,10 @@ def test_board_page_carries_the_heartbeat_script(make_server: Callable[..., Tbhu
     assert index.status_code == 200 and "<tb-webapp>" in index.text
     tag = '<script src="/static/heartbeat.js" data-project="vision" defer></script></body>'
     assert index.text.count(tag) == 1
+    # TensorBoard sends its 200 KB page uncompressed; nginx compresses it after adding tbhub's
+    # scripts (httpx asks for gzip and inflates it).
+    assert index.headers["content-encoding"] == "gzip"
+    assert index.num_bytes_downloaded < len(index.content) / 4
     script = alice.get("/static/heartbeat.js")
     assert script.status_code == 200
     assert "/api/v1/boards/" in script.text and "visibilityState" in script.text
