@@ -57,23 +57,32 @@ def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
         "runs": 0,
         "logdir": str(settings.storage / "vision"),
         "run_command": "tbhub run --project vision -- python train.py",
+        # An editor is told to ask an owner, with no link to a page he may not use.
         "plugins_off": [
             {
                 "name": "projector",
                 "why": "reads checkpoint files outside the logdir (TensorBoard #7119)",
-                "how": "a project owner turns it on: tbhub admin board set vision --plugin "
-                'projector, or PUT /api/v1/projects/vision/board/settings {"plugins": '
-                '["projector"]}',
+                "how": "a project owner turns it on: ask one",
+                "toggle": None,
             }
         ],
+        "plugin_errors": [],  # the board's status names no plugin that failed to load
     }
     # A registered run without files is not yet something a board shows; one with files is.
     add_run(factory, settings, files=0)
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 0
     add_run(factory, settings, files=2)
     assert client.get("/api/v1/boards/vision/bar").json()["runs"] == 1
-    # Turned on, the projector is no longer named as missing.
+    # An owner gets the page that turns it on.
     sign_in(client, "alice")
+    [off] = client.get("/api/v1/boards/vision/bar").json()["plugins_off"]
+    assert off["toggle"] == "/projects/vision/board#plugins-heading"
+    assert off["how"] == (
+        "turn it on on this project's Board page, or with: tbhub admin board set vision "
+        "--plugin projector"
+    )
+    assert client.get(off["toggle"].split("#")[0], headers=HTML).status_code == 200
+    # Turned on, the projector is no longer named as missing.
     turned = client.put("/api/v1/projects/vision/board/settings", json={"plugins": ["projector"]})
     assert turned.status_code == 200, turned.text
     assert client.get("/api/v1/boards/vision/bar").json()["plugins_off"] == []

@@ -214,6 +214,14 @@ HEAL_CASES = [
     ("requests never end: stop after the drain bound", want(serving="new", draining=Drain("old", NOW - 301)),
      [board("old", pss=300 * MiB, active=1), board("new", started=990)],
      {"old": seen(over_limit=2), "new": seen()}, ["stop old"], "new"),
+    # The spec goes back to the draining board's (a plugin turned on, then off at once): the
+    # draining board is on its way out, never chosen again; a board of that spec starts.
+    ("spec back to the draining board's: a new board starts", want(serving="new", draining=Drain("old", NOW - 3)),
+     [board("old"), replace(board("new", started=990), fingerprint="other")],
+     {"old": seen(), "new": seen()}, ["start p (spec)"], "new"),
+    ("spec back to the draining board's, hold over: it stops too", want(serving="new", draining=Drain("old", NOW - 8)),
+     [board("old"), replace(board("new", started=990), fingerprint="other")],
+     {"old": seen(), "new": seen()}, ["start p (spec)", "stop old"], "new"),
     ("one failed probe: a ready board keeps serving", want(),
      [board("old", ready=False)], {"old": seen(probe_failures=1)}, [], "old"),
     ("third failed probe: hung, a replacement starts first", want(),

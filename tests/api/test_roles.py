@@ -37,6 +37,8 @@ MATRIX: dict[str, list[int]] = {
     "set member":      [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "board settings":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "restart board":   [401, 404, 403, 403, 202, 202, 403, 403, 403, 403, 404],
+    "board page":      [401, 404, 200, 200, 200, 200, 401, 401, 401, 401, 401],
+    "toggle plugin":   [401, 404, 403, 403, 303, 303, 401, 401, 401, 401, 401],
     "share link":      [401, 404, 403, 403, 201, 201, 403, 403, 403, 403, 404],
     "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
     "mint token":      [401, 404, 403, 201, 201, 201, 403, 403, 403, 403, 403],
@@ -137,6 +139,13 @@ ACTIONS: dict[str, Action] = {
         "/api/v1/projects/vision/board/settings", json={"pinned": True}, headers=h
     ),
     "restart board": lambda t, h: t.client.post("/api/v1/projects/vision/board/restart", headers=h),
+    "board page": lambda t, h: t.client.get("/projects/vision/board", headers=h),
+    "toggle plugin": lambda t, h: t.client.post(
+        "/projects/vision/board/plugins",
+        data={"plugin": "projector", "state": "off", "csrf_token": h.get("X-CSRF-Token", "")},
+        headers=h,
+        follow_redirects=False,
+    ),
     "set member": lambda t, h: t.client.put(
         "/api/v1/projects/vision/members/carol", json={"role": "viewer"}, headers=h
     ),

@@ -136,9 +136,12 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
         assert panel.is_hidden()
         off.click()
         assert panel.is_visible() and off.get_attribute("aria-expanded") == "true"
-        assert "projector is off: it reads checkpoint files outside the logdir" in (
-            panel.inner_text()
-        )
+        assert "projector is off (reads checkpoint files outside the logdir" in (panel.inner_text())
         assert "tbhub admin board set vision --plugin projector" in panel.inner_text()
+        # alice owns vision: the panel links to the page that turns it on.
+        toggle = panel.locator('a[data-tbhub="plugin-toggle"]')
+        assert toggle.get_attribute("href") == (
+            f"{server.base_url}/projects/vision/board#plugins-heading"
+        )
     finally:
         context.close()

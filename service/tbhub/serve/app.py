@@ -59,6 +59,7 @@ from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import admin as admin_pages
 from tbhub.web import alerts as alert_pages
+from tbhub.web import board as board_pages
 from tbhub.web import board_origin, oidc, pages, render, share
 from tbhub.web import channels as channel_pages
 from tbhub.web import compare as compare_pages
@@ -187,7 +188,13 @@ def create_app(
     app.include_router(metrics.router)
     app.include_router(pages.router)
     app.include_router(project_pages.router)
-    for settings_pages in (member_pages, token_pages, share_link_pages, retention_pages):
+    for settings_pages in (
+        member_pages,
+        token_pages,
+        share_link_pages,
+        retention_pages,
+        board_pages,
+    ):
         app.include_router(settings_pages.router)
     app.include_router(admin_pages.router)
     app.include_router(run_pages.router)

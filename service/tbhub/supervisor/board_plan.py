@@ -129,7 +129,11 @@ class BoardPlan:
                 alive.append(instance)
 
         condemned = {i.instance_id: r for i in alive if (r := self.replacement_reason(i))}
-        healthy = [i for i in alive if i.instance_id not in condemned]
+        # A draining board is on its way out, even when the spec comes back to its own (a
+        # plugin turned on, then off before the drain ended): chosen again, it would be the
+        # newest usable one that is never switched to while it drains, and never stopped.
+        leaving = want.draining.instance_id if want.draining is not None else None
+        healthy = [i for i in alive if i.instance_id not in condemned and i.instance_id != leaving]
         newest_usable = next((i for i in reversed(healthy) if self.usable(i)), None)
         starting = [i for i in healthy if not self.ever_ready(i)]
         serving = self._choose_serving(alive, newest_usable)

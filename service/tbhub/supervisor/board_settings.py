@@ -162,6 +162,12 @@ def settings_dict(own: BoardSettings | None) -> dict[str, Any]:
     }
 
 
+def toggleable_plugins(settings: Settings) -> dict[str, str]:
+    """The plugins a project owner turns on and off for its board (name -> why it is off by
+    default): what the board bar names as missing and the project's board page toggles."""
+    return dict(OFF_BY_DEFAULT_PLUGINS)
+
+
 def check_confinable(plugins: object, backend: str) -> None:
     """Refuse a plugin that boards load only confined (the projector) where they cannot be:
     a board process of this host whose kernel has no Landlock. Containers see their project

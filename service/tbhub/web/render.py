@@ -52,6 +52,9 @@ NOTICES = {
     "board_stopping": "The board stops as soon as nobody reads it.",
     "board_pinned": "Board pinned: it is never stopped for being idle.",
     "board_unpinned": "Board unpinned.",
+    "plugin_on": "Plugin turned on: the board is being replaced with it; reload the board once "
+    "it is live.",
+    "plugin_off": "Plugin turned off: the board is being replaced without it.",
     "user_created": "User created.",
     "user_updated": "User saved.",
     "compare_deleted": "Compare board deleted; its board stops.",

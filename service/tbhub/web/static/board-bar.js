@@ -4,8 +4,9 @@
 // view", no way into tbhub's pages and no sign-out.
 // A project without runs gets a panel saying where to write them, instead of TensorBoard's
 // "no dashboards" text; it reloads the page once the first run has files.
-// A plugin the board leaves out (the projector, off by default) has no tab: the bar says so,
-// and a click on it tells why and how an owner turns it on.
+// A plugin the board leaves out (one a project turns on, as the projector) has no tab: the
+// bar says so, and a click on it tells why and how an owner turns it on (an owner gets a link
+// to the project's board page); a plugin that failed to load is named with its error.
 // Everything is built with textContent: no name ever goes through innerHTML.
 (function () {
   "use strict";
@@ -107,13 +108,38 @@
     }, EMPTY_POLL_MS);
   }
 
+  function capital(text) { return text.charAt(0).toUpperCase() + text.slice(1); }
+
+  // Each plugin off: why, and how to turn it on; an owner gets a link to the project's
+  // board page, where it is turned on; others are told to ask an owner.
   function offPanel(info) {
     var items = (info.plugins_off || []).map(function (p) {
-      return el("li", {}, [el("strong", {}, [p.name]), " is off: it " + p.why + ". " +
-                           p.how.charAt(0).toUpperCase() + p.how.slice(1) + "."]);
+      var parts = [el("strong", {}, [p.name]), " is off (" + p.why + "). " + capital(p.how) + "."];
+      if (p.toggle) {
+        parts.push(" ", el("a", { href: info.home + p.toggle, "data-tbhub": "plugin-toggle" },
+                            ["Turn " + p.name + " on"]));
+      }
+      return el("li", { "data-plugin": p.name }, parts);
     });
     return el("section", { id: "tbhub-plugins-off", hidden: "", "aria-label": "Plugins off" },
               [el("ul", {}, items)]);
+  }
+
+  // Plugins the board tried to load and could not: shown at once (their tab is missing or
+  // broken). Nothing when the answer has no such field.
+  function errorsPanel(info) {
+    var failed = info.plugin_errors || [];
+    if (!failed.length) return null;
+    var items = failed.map(function (f) {
+      return el("li", { "data-plugin": f.plugin },
+                ["plugin " + f.plugin + " failed to load: " + f.error]);
+    });
+    var dismiss = el("button", { type: "button" }, ["Dismiss"]);
+    var panel = el("section", { id: "tbhub-plugin-errors", role: "status",
+                                "aria-label": "Plugins that failed to load" },
+                   [el("ul", {}, items), dismiss]);
+    dismiss.addEventListener("click", function () { panel.remove(); });
+    return panel;
   }
 
   function show(info) {
@@ -129,6 +155,8 @@
         panel.hidden = !open;
       });
     }
+    var errors = errorsPanel(info);
+    if (errors) document.body.insertBefore(errors, document.getElementById("tbhub-bar").nextSibling);
     if (info.runs === 0) {
       document.body.insertBefore(emptyPanel(info), document.getElementById("tbhub-bar").nextSibling);
       watchForRuns();
