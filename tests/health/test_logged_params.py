@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session, sessionmaker
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
 from tbhub.core.db import transaction
-from tbhub.core.models import Run, RunParam
+from tbhub.core.models import Base, Run, RunParam
 from tbhub.core.settings import Settings
 from tbhub.domain.run_params import parse_filters, parse_sort, search_runs, sync_params
 from tbhub.health.monitor import HealthMonitor
@@ -147,3 +149,18 @@ def test_the_codes_values_are_bounded_per_run(
     wide = runs["wide"].logged_hparams
     assert wide is not None and len(wide) == MAX_KEYS
     assert runs["long"].logged_hparams == {"long": "x" * TEXT_MAX, "ok": 2.0}
+
+
+def test_the_migration_makes_the_columns_the_models_describe(
+    factory: sessionmaker[Session],
+) -> None:
+    with factory() as session:
+        found = inspect(session.connection())
+        runs = {c["name"]: c for c in found.get_columns("runs")}
+        params = {c["name"]: c for c in found.get_columns("run_params")}
+        context = MigrationContext.configure(session.connection(), opts={"compare_type": True})
+        diff = repr(compare_metadata(context, Base.metadata))
+    assert runs["logged_hparams"]["nullable"] and runs["logged_metrics"]["nullable"]
+    assert not params["source"]["nullable"] and "r" in str(params["source"]["default"])
+    for column in ("logged_hparams", "logged_metrics", "'source'"):
+        assert column not in diff  # the models describe what the migration made
