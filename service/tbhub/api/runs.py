@@ -138,6 +138,15 @@ class RunOut(BaseModel):
         description="Why the run's hparams event file (read by TensorBoard's HPARAMS tab) "
         "could not be written; null: it is up to date"
     )
+    logged_hparams: dict[str, Any] = Field(
+        description="Hyperparameters the training code wrote into its event files "
+        "(add_hparams, the HF Trainer's arguments, Lightning); a key also in `hparams` is "
+        "searched and sorted by the registered value"
+    )
+    logged_metrics: dict[str, float] = Field(
+        description="Metrics the training code named with add_hparams (or Lightning's "
+        "hp_metric): the last value of each; `metrics` wins for a key in both"
+    )
 
     @classmethod
     def of(cls, run: Run, project: str, settings: Settings) -> RunOut:
@@ -172,6 +181,8 @@ class RunOut(BaseModel):
             bytes=run.bytes,
             files=run.files,
             hparams_file_error=run.hparams_file_error,
+            logged_hparams=run.logged_hparams or {},
+            logged_metrics=run.logged_metrics or {},
         )
 
 

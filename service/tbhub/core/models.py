@@ -476,6 +476,11 @@ class Run(Base):
     files: Mapped[int] = mapped_column(Integer, default=0)
     # Why the hparams event file (storage/hparams_file.py) could not be written; None: fine.
     hparams_file_error: Mapped[str | None] = mapped_column(String(255))
+    # What the training code wrote into its event files (add_hparams, the HF Trainer's
+    # `args`, Lightning), as the run-health monitor read it (storage/logged_params.py);
+    # apart from what was registered with tbhub, which takes precedence for a key.
+    logged_hparams: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    logged_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     project: Mapped[Project] = relationship()
     tag_rows: Mapped[list[RunTag]] = relationship(
@@ -498,7 +503,9 @@ class RunParam(Base):
     """One hyperparameter (`kind` 'h') or summary metric ('m') of a run, one row per key:
     what `GET /api/v1/runs` filters and sorts on with plain indexes that serve SQLite and
     PostgreSQL alike (domain/run_params.py keeps these rows equal to the run's JSON).
-    A number sits in `num`; anything else as text in `text` (booleans 'true'/'false')."""
+    A number sits in `num`; anything else as text in `text` (booleans 'true'/'false').
+    `source`: 'r' registered with tbhub, 't' written by the training code (a registered
+    value wins: the row of a key both give is the registered one)."""
 
     __tablename__ = "run_params"
     __table_args__ = (
@@ -511,6 +518,7 @@ class RunParam(Base):
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
     num: Mapped[float | None] = mapped_column(Float)
     text: Mapped[str | None] = mapped_column(String(255))
+    source: Mapped[str] = mapped_column(String(1), default="r", server_default="r")
 
 
 class RunEvent(Base):

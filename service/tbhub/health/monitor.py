@@ -22,6 +22,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -35,6 +36,7 @@ from tbhub.core.models import (
     RunStatus,
 )
 from tbhub.core.settings import Settings
+from tbhub.domain.run_params import set_logged
 from tbhub.health import incidents
 from tbhub.health.detectors import Detection, RunDetectors
 from tbhub.health.rules import RuleSet, effective_rules
@@ -85,6 +87,8 @@ class HealthMonitor:
         self._files: set[tuple[str, str]] = set()  # (project, event file path) heard about
         self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()  # runs to read
         self._readings: deque[tuple[str, str, Reading]] = deque()
+        # Run id -> the hyperparameters and metrics its training code wrote, to keep.
+        self._logged: dict[int, tuple[dict[str, Any], dict[str, float]]] = {}
         self._watched: OrderedDict[tuple[str, str], _Watched] = OrderedDict()
         self._rules: dict[int, _Rules] = {}
         self._run_table = RunTable(self.settings, self.rules)
@@ -171,9 +175,11 @@ class HealthMonitor:
         now = self.clock()
         raised = 0
         look_at_runs = time.monotonic() - self._runs_checked >= self.runs_every
-        if found or look_at_runs:  # most passes find nothing: no transaction for them
+        logged, self._logged = self._logged, {}
+        if found or look_at_runs or logged:  # most passes find nothing: no transaction
             with transaction(self.factory) as session:
                 raised += self._record(session, found, now)
+                self._keep_logged(session, logged)
                 if look_at_runs:
                     self._runs_checked = time.monotonic()
                     raised += self._run_table.look(session, now)
@@ -322,6 +328,8 @@ class HealthMonitor:
                     detectors.rules = rules
             if reading.reset or detectors is None:
                 detectors = watched.detectors = RunDetectors(rules)
+            if reading.params is not None:
+                self._logged[watched.run_id] = reading.params
             found.extend((watched, d) for d in detectors.feed(reading.scalars))
             found.extend((watched, d) for d in detectors.feed_histograms(reading.histograms))
         return found
@@ -339,6 +347,16 @@ class HealthMonitor:
                 new = incidents.record_all(session, run=run, detections=detections, now=now)
                 raised += len(new)
         return raised
+
+    def _keep_logged(
+        self, session: Session, logged: dict[int, tuple[dict[str, Any], dict[str, float]]]
+    ) -> None:
+        """What the training code of these runs wrote of hyperparameters and metrics
+        (storage/logged_params.py), kept on each run and in its searchable rows."""
+        for run_id, (hparams, metrics) in logged.items():
+            run = session.get(Run, run_id)
+            if run is not None:
+                set_logged(session, run, hparams, metrics)
 
     # -- /metrics ---------------------------------------------------------------------------
 

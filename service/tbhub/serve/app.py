@@ -68,6 +68,7 @@ from tbhub.web import health as health_pages
 from tbhub.web import members as member_pages
 from tbhub.web import projects as project_pages
 from tbhub.web import retention as retention_pages
+from tbhub.web import run_table as run_table_pages
 from tbhub.web import runs as run_pages
 from tbhub.web import share_links as share_link_pages
 from tbhub.web import tokens as token_pages
@@ -198,6 +199,7 @@ def create_app(
         app.include_router(settings_pages.router)
     app.include_router(admin_pages.router)
     app.include_router(run_pages.router)
+    app.include_router(run_table_pages.router)
     for run_health_pages in (health_pages, alert_pages, channel_pages, email_pages):
         app.include_router(run_health_pages.router)
     api_docs.install(app)

@@ -177,6 +177,8 @@ def _value(data: bytes, pos: int, end: int) -> Value | None:
             plugin = _plugin_name(data, first, pos)
         else:
             raise _Decline
+    if plugin == "hparams":  # hyperparameters (storage/logged_params.py): the protobuf parse
+        raise _Decline
     if kind == 2:
         return tag, None, number
     if kind == 8:

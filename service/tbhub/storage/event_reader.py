@@ -23,6 +23,9 @@ descriptor without following symlinks (DESIGN.md decision 9).
 Scalars come from TF1 `simple_value`s and TF2 tensors of the scalars plugin (whose metadata
 comes with a tag's first value only); histograms (TF1 `histo` and TF2 tensors of the
 histograms plugin) only when asked, reduced to whether every number in them is finite.
+Hyperparameters and metrics the training code wrote (the hparams plugin's summaries, the HF
+Trainer's `args` text) are gathered per run by storage/logged_params.py; a reading carries
+them when they changed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ from tbhub.core.errors import UnsafePath
 from tbhub.storage.event_decode import Decoded, decode_event
 from tbhub.storage.frame_check import first_bad, frames, header_ok, masked
 from tbhub.storage.fsops import DIR_FLAGS, open_below, split_relative
+from tbhub.storage.hparams_file import FILE_NAME as OWN_HPARAMS_FILE
+from tbhub.storage.logged_params import (
+    ARGS_TAGS,
+    HPARAMS_PLUGIN,
+    TEXT_PLUGIN,
+    LoggedParams,
+    LoggedValue,
+)
 from tbhub.storage.run_files import opened_run
 from tbhub.storage.scan import EVENT_FILE_PREFIX
 from tbhub.storage.tfrecord import HEADER, HEADER_BYTES, RECORD_OVERHEAD
@@ -89,6 +100,8 @@ class Reading:
     reset: bool = False  # started over from the start: drop what was built before
     bytes_read: int = 0
     behind: bool = False  # the budget ran out before every file was read to its end
+    # The hyperparameters and metrics the run's training code wrote, when they changed.
+    params: tuple[dict[str, LoggedValue], dict[str, float]] | None = None
 
 
 @dataclass
@@ -197,6 +210,8 @@ class RunFollower:
         self.files: dict[str, _File] = {}  # path inside the run -> progress
         self.listings: dict[str, _Listing] = {}  # directory inside the run ('' or 'x/')
         self.plugins: dict[str, str] = {}  # curve -> plugin of its TF2 tensors
+        self.logged = LoggedParams()  # what the training code wrote of hparams and metrics
+        self._own_file = False  # the file being parsed is tbhub's hparams file
 
     def read(self, budget: int, *, project_fd: int | None = None) -> Reading:
         """What the run's event files gained since the last call, reading at most `budget`
@@ -216,6 +231,12 @@ class RunFollower:
         except OSError as exc:
             if exc.errno not in GONE:
                 raise
+        logged = self.logged
+        if logged.metric_curves and reading.scalars:
+            logged.scalars(reading.scalars)
+        if logged.changed:
+            logged.changed = False
+            reading.params = logged.merged()
         return reading
 
     def _event_files(
@@ -268,6 +289,7 @@ class RunFollower:
     def _start_over(self, reading: Reading) -> None:
         self.files.clear()
         self.plugins.clear()
+        self.logged = LoggedParams()
         reading.scalars.clear()
         reading.histograms.clear()
         reading.reset = True
@@ -301,12 +323,14 @@ class RunFollower:
         try:
             want = min(budget - reading.bytes_read, st.st_size - state.offset)
             data = os.pread(fd, want, state.offset)
+            self._own_file = path == OWN_HPARAMS_FILE
             used = self._parse(reading, prefix, data, state)
             if used == 0 and state.bad_at is None and want < st.st_size - state.offset:
                 # One frame longer than what the budget left: read it whole all the same.
                 data = _whole_frame(fd, state.offset)
                 used = self._parse(reading, prefix, data, state)
         finally:
+            self._own_file = False
             os.close(fd)
         reading.bytes_read += len(data)
         state.offset += used
@@ -408,11 +432,21 @@ class RunFollower:
                 elif plugin == HISTOGRAMS_PLUGIN and self.histograms:
                     finite = _tensor_finite(value.tensor)
                     reading.histograms.append(HistogramPoint(curve, step, wall_time, finite))
+                elif plugin == TEXT_PLUGIN and value.tag in ARGS_TAGS and not self._own_file:
+                    self.logged.args_text(value.tensor.string_val)
+                elif plugin == HPARAMS_PLUGIN and not self._own_file:
+                    self.logged.plugin_data(prefix, value.metadata.plugin_data.content)
             elif kind == "histo" and self.histograms:
                 finite = _histo_finite(value.histo)
                 reading.histograms.append(
                     HistogramPoint(prefix + value.tag, step, wall_time, finite)
                 )
+            elif (
+                kind is None
+                and value.metadata.plugin_data.plugin_name == HPARAMS_PLUGIN
+                and not self._own_file
+            ):  # torch, tensorboardX and Lightning write them with no value
+                self.logged.plugin_data(prefix, value.metadata.plugin_data.content)
 
 
 def read_scalars(path: Path, *, chunk: int = 16 << 20) -> list[ScalarPoint]:

@@ -124,7 +124,9 @@ class ScalarCache:
         budget = self.budget if budget is None else budget
         reading = run.follower.read(budget, project_fd=project_fd)
         _add(run, reading)
-        if self.listener is not None and (reading.scalars or reading.histograms or reading.reset):
+        if self.listener is not None and (
+            reading.scalars or reading.histograms or reading.reset or reading.params is not None
+        ):
             self.listener(project, run_path, reading)
         return reading
 

@@ -21,7 +21,7 @@ from tbhub.core.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKE
 from tbhub.core.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
 from tbhub.core.names import one_of
 from tbhub.domain.overview import board_detail, board_state, run_state
-from tbhub.domain.run_params import parse_filters
+from tbhub.domain.run_params import effective_params, parse_filters
 from tbhub.domain.runs import SORTS, RunFilter, get_run, page_runs, run_history
 from tbhub.domain.sparkline import sparkline_svg
 from tbhub.health.incidents import run_filter
@@ -177,8 +177,8 @@ def project_page(
         "statuses": [s.value for s in RunStatus],
         "sorts": list(SORTS),
         "health": run_badges(session, project_id=access.project_id, run_ids=run_ids),
-        "hparam_keys": _common_keys([run.hparams for run in runs]),
-        "metric_keys": _common_keys([run.metrics for run in runs]),
+        "hparam_keys": _common_keys([effective_params(run)[0] for run in runs]),
+        "metric_keys": _common_keys([effective_params(run)[1] for run in runs]),
         "groups": groups,
         "tags": tags,
         "live_url": live,
