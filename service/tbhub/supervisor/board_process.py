@@ -34,7 +34,12 @@ if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_ima
 # Plugins a board loads only when its project opts in, and why each is off.
 OFF_BY_DEFAULT_PLUGINS = {
     "projector": "reads checkpoint files outside the logdir (TensorBoard #7119)",
+    "pytorch_profiler": "the PyTorch profiler (*.pt.trace.json traces): it imports pandas, "
+    "which costs a board started by exec about a second of start-up and 50 MiB",
 }
+# Plugins whose entry point has another name than the plugin: left out by either name,
+# before their package is imported.
+ENTRY_POINT_PLUGINS = {"torch_profiler": "pytorch_profiler"}
 DISABLE_FLAG = "--tbhub_disable_plugins"
 # The operator's extra plugins (`tbhub admin plugins install`) live in their own directory,
 # appended to sys.path; a board loads those its project turned on (ENABLE_FLAG) alone.
@@ -265,7 +270,7 @@ def board_plugins(launcher: LauncherArgs) -> list[Any]:
     ]  # fmt: skip
     dynamic = []
     for ep in wanted:
-        if ep.name in launcher.disabled:
+        if {ep.name, ENTRY_POINT_PLUGINS.get(ep.name)} & launcher.disabled:
             continue
         try:
             dynamic.append(_guarded(ep.name, ep.load(), launcher.disabled))
