@@ -48,7 +48,8 @@ from tbhub.domain.users import (
 )
 
 app = typer.Typer(
-    help="Operator commands: replicas, users, projects, boards and the board image, the "
+    help="Operator commands: replicas, users, projects, boards, board plugins and the board "
+    "image, the "
     "docker compose images, retention, trash, backups, the audit log, teams, share links, "
     "API tokens and run-health alerts.",
     no_args_is_help=True,

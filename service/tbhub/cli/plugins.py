@@ -8,6 +8,10 @@ from tbhub.cli.common import JsonOption, emit_line, err_console, handle_errors, 
 from tbhub.supervisor.board_plugins import install_plugins
 from tbhub.supervisor.board_process import extra_plugins
 
+NONE_INSTALLED = (
+    "no extra plugins installed; list them in TBHUB_BOARD_PLUGINS and run "
+    "`tbhub admin plugins install`"
+)
 app = typer.Typer(help="Extra TensorBoard plugins boards may load.", no_args_is_help=True)
 
 
@@ -53,6 +57,6 @@ def list_command(as_json: bool = JsonOption) -> None:
     found = extra_plugins(str(runtime_settings().board_plugin_dir))
     emit_line(
         {"plugins": found},
-        "\n".join(f"{n}\t{p}" for n, p in sorted(found.items())) or "no extra plugins installed",
+        "\n".join(f"{n}\t{p}" for n, p in sorted(found.items())) or NONE_INSTALLED,
         as_json=as_json,
     )
