@@ -206,6 +206,7 @@ EMPTY_LISTS = {
     ("admin", "trash", "list"): "the trash is empty",
     ("admin", "retention", "plan"): "no projects yet, so nothing to plan",
     ("admin", "backup", "list"): "no snapshots on ",
+    ("admin", "plugins", "list"): "no extra plugins installed; list them in TBHUB_BOARD_PLUGINS",
     ("admin", "replicas"): "no `tbhub serve` is running on this database; start one",
     ("runs", "list"): "",  # over the API: tests/e2e/test_training_jobs.py
     ("projects", "list"): "",  # over the API: tests/e2e/test_training_jobs.py

@@ -22,6 +22,7 @@ from playwright.sync_api import Browser
 from tbhub.core.models import Role
 from tbhub.domain.dashboards import CARRIERS, DASHBOARDS, SUGGESTED
 from tbhub.domain.projects import set_membership
+from tbhub.supervisor.board_process import LauncherArgs, board_plugins
 from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, wait_until
 
@@ -114,6 +115,16 @@ ROUTES: dict[str, Probe] = {
         plugin("projector", "projector_binary.js", works=True),
         plugin("projector", "sprite_image", run=RUN), plugin("projector", "tensor", run=RUN),
         plugin("projector", "info", run=RUN),
+        # The PyTorch profiler, pinned with TensorBoard (on per board, like the projector).
+        *(plugin("pytorch_profiler", route, works=True) for route in (
+            "index.js", "index.html", "trace_viewer_full.html", "trace_embedding.html",
+            "runs")),
+        *(plugin("pytorch_profiler", route, run=RUN) for route in (
+            "views", "workers", "spans", "overview", "operation", "operation/table",
+            "operation/stack", "kernel", "kernel/table", "kernel/tc_pie", "trace",
+            "distributed/gpuinfo", "distributed/overlap", "distributed/waittime",
+            "distributed/commops", "memory", "memory_curve", "memory_events", "module", "tree",
+            "diff", "diffnode")),
     ]
 }  # fmt: skip
 # The same dashboards asked for other ways TensorBoard routes them: under /experiment/<id>,
@@ -163,12 +174,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:html5lib's sanitizer is deprecat
 
 @pytest.fixture(scope="module")
 def tensorboard_routes(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str]]:
-    """(routes, plugin names) of the real TensorBoard application with every plugin."""
-    from tensorboard import default, program
+    """(routes, plugin names) of the real TensorBoard application with every plugin a board
+    loads (board_plugins: TensorBoard's and the installed dynamic ones), the projector too."""
+    from tensorboard import program
     from tensorboard.backend import application
 
     logdir = tmp_path_factory.mktemp("empty-logdir")
-    board = program.TensorBoard(plugins=default.get_plugins())
+    board = program.TensorBoard(plugins=board_plugins(LauncherArgs(disabled=set(), flags=[])))
     board.configure(argv=["tensorboard", "--logdir", str(logdir), "--load_fast", "false"])
     provider, multiplexer = board._make_data_provider()
     app = application.TensorBoardWSGIApp(
@@ -242,7 +254,8 @@ def board(make_server: Callable[..., TbhubServer]) -> Iterator[Board]:
     with server.db() as session:
         set_membership(session, project="vision", user="bob", role=Role.editor, actor="test")
         set_membership(session, project="vision", user="carol", role=Role.viewer, actor="test")
-    server.cli("admin", "board", "set", "vision", "--plugin", "projector")  # every route live
+    server.cli("admin", "board", "set", "vision", "--plugin", "projector",  # every route live
+               "--plugin", "pytorch_profiler")  # fmt: skip
     server.start()
     link = json.loads(server.cli("admin", "share", "create", "vision", "--json").stdout)
     guest = server.client()

@@ -15,6 +15,7 @@ from tbhub.core.models import BoardSettings, Role
 from tbhub.domain.dashboards import DASHBOARDS, SUGGESTED
 from tbhub.domain.projects import get_project
 from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
+from tbhub.supervisor.board_process import PLUGIN_NAME
 from tbhub.supervisor.board_settings import (
     MAX_MEMORY_LIMIT,
     MAX_RELOAD_INTERVAL,
@@ -25,6 +26,7 @@ from tbhub.supervisor.board_settings import (
     request_restart,
     request_stop,
     settings_dict,
+    toggleable_plugins,
     update_settings,
 )
 
@@ -45,8 +47,11 @@ class BoardSettingsIn(BaseModel):
         default=None, ge=0, le=MAX_MEMORY_LIMIT, description="Bytes of PSS; 0: no limit."
     )  # a BigInteger column; 1 PiB is far above any host
     pinned: StrictBool = Field(default=False, description="Never stopped when idle or evicted.")
-    plugins: list[Literal["projector"]] = Field(
-        default_factory=list, max_length=8, description="Off-by-default plugins to turn on."
+    plugins: list[Annotated[str, Field(pattern=PLUGIN_NAME, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Off-by-default plugins to turn on: the projector, or an extra plugin "
+        "the operator installed (`tbhub admin plugins install`); others are refused.",
     )
     restricted_dashboards: list[Annotated[str, Field(max_length=64)]] = Field(
         default_factory=list, max_length=len(DASHBOARDS),
@@ -87,7 +92,8 @@ def put_settings(
     """Change settings; a change to the process restarts the board blue/green."""
     require_project(context.access, caller, name, Role.owner)
     update_settings(session, project=name, change=body.change(), actor=caller.name, now=_now(),
-                    backend=context.settings.board_backend)  # fmt: skip
+                    backend=context.settings.board_backend,
+                    toggleable=toggleable_plugins(context.settings))  # fmt: skip
     context.restrictions.invalidate()
     context.wake_supervisor()
     return describe_board(session, get_project(session, name=name), context.settings)

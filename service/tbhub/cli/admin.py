@@ -12,6 +12,7 @@ from tbhub.cli import backup as backup_cli
 from tbhub.cli import board_image as board_image_cli
 from tbhub.cli import boards as boards_cli
 from tbhub.cli import compose_images as compose_images_cli
+from tbhub.cli import plugins as plugins_cli
 from tbhub.cli import replicas as replicas_cli
 from tbhub.cli import retention as retention_cli
 from tbhub.cli import share as share_cli
@@ -47,7 +48,8 @@ from tbhub.domain.users import (
 )
 
 app = typer.Typer(
-    help="Operator commands: replicas, users, projects, boards and the board image, the "
+    help="Operator commands: replicas, users, projects, boards, board plugins and the board "
+    "image, the "
     "docker compose images, retention, trash, backups, the audit log, teams, share links, "
     "API tokens and run-health alerts.",
     no_args_is_help=True,
@@ -59,6 +61,7 @@ app.add_typer(project_app, name="project")
 app.add_typer(boards_cli.app, name="board")
 app.add_typer(board_image_cli.app, name="board-image")
 app.add_typer(compose_images_cli.app, name="compose-images")
+app.add_typer(plugins_cli.app, name="plugins")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(retention_cli.trash_app, name="trash")
 app.add_typer(backup_cli.app, name="backup")

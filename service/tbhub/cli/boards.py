@@ -35,6 +35,7 @@ from tbhub.supervisor.board_settings import (
     describe_boards,
     request_restart,
     request_stop,
+    toggleable_plugins,
     update_settings,
 )
 
@@ -128,7 +129,8 @@ def _set(project: str, change: SettingsChange, as_json: bool) -> None:
     settings = runtime_settings()
     with db_session(settings) as session:
         result = update_settings(session, project=project, change=change, actor=ACTOR,
-                                 now=_now(), backend=settings.board_backend)  # fmt: skip
+                                 now=_now(), backend=settings.board_backend,
+                                 toggleable=toggleable_plugins(settings))  # fmt: skip
     emit_line({"project": project, "settings": result}, f"{project}: {format_value(result)}",
               as_json=as_json, markup=False)  # fmt: skip
 
@@ -174,7 +176,10 @@ def board_set(
         None, help="PSS limit, e.g. 2GiB; 0: no limit; default: the global limit."
     ),
     plugin: list[str] = typer.Option(
-        None, "--plugin", help="Turn on an off-by-default plugin (projector); repeat for more."
+        None,
+        "--plugin",
+        help="Turn on an off-by-default plugin (projector, or an extra plugin the operator "
+        "installed: tbhub admin plugins list); repeat for more.",
     ),
     no_plugins: bool = typer.Option(False, "--no-plugins", help="Back to the default plugins."),
     restrict: list[str] = typer.Option(

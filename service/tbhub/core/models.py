@@ -247,6 +247,9 @@ class BoardState:
     restart_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Restarts so far by reason (RestartReason values -> count).
     restarts: Mapped[dict[str, int] | None] = mapped_column(JSON, default=dict)
+    # The plugins the serving instance left out because they failed to import or load:
+    # [{"plugin", "error"}] from its log (board_process.report_plugin_error).
+    plugin_errors: Mapped[list[dict[str, str]] | None] = mapped_column(JSON)
 
 
 class Board(BoardState, Base):

@@ -20,17 +20,19 @@ from urllib.parse import parse_qsl, unquote
 
 from tbhub.core.errors import InvalidInput
 
-# Every dashboard (plugin) TensorBoard 2.21 serves, by the name in its /data/plugin/<name>/
-# routes and its plugins listing (tests/e2e/test_dashboard_restrictions.py checks this
-# against the real application). `core` serves the page itself and is never restricted.
+# Every dashboard (plugin) a board serves: TensorBoard 2.21's and the PyTorch profiler's
+# (`pytorch_profiler`, pinned with it), by the name in its /data/plugin/<name>/ routes and
+# its plugins listing (tests/e2e/test_dashboard_restrictions.py checks this against the
+# application a board runs). `core` serves the page itself and is never restricted.
 DASHBOARDS = frozenset({
     "timeseries", "scalars", "custom_scalars", "images", "audio", "debugger-v2", "graphs",
     "distributions", "histograms", "text", "pr_curves", "profile_redirect", "hparams", "mesh",
-    "wit_redirect", "projector",
+    "wit_redirect", "projector", "pytorch_profiler",
 })  # fmt: skip
 # What the settings page and `tbhub admin board set --restrict-suggested` offer first: the
-# dashboards that show a model's insides rather than its metrics.
-SUGGESTED = ("distributions", "graphs", "histograms", "mesh", "profile_redirect", "projector")
+# dashboards that show a model's insides rather than its metrics (the profile: the PyTorch
+# profiler's, which shows the model's operators, kernels and memory).
+SUGGESTED = ("distributions", "graphs", "histograms", "mesh", "projector", "pytorch_profiler")
 AUDIENCES = ("viewers", "share_links", "both")
 DEFAULT_AUDIENCE = "both"
 # A dashboard whose routes carry other dashboards' data, and the kinds it carries.

@@ -22,6 +22,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -36,17 +37,22 @@ from tbhub.artifacts.rootfs import (
     host_python,
     image_exists,
     import_image,
+    is_elf,
 )
 
 IMAGE_REPOSITORY = "tbhub-board"
-FORMAT = "2"  # raise when the layout below changes, so older images are not reused
+FORMAT = "3"  # raise when the layout below changes, so older images are not reused
 SITE = PurePosixPath("/opt/tbhub/site-packages")
 # A stable name for the interpreter (a link to it), whatever path it has on the build host.
 IMAGE_PYTHON = "/opt/tbhub/bin/python"
+# The extra plugins (`tbhub admin plugins install`), copied from <data_dir>/board-plugins.
+IMAGE_PLUGINS = PurePosixPath("/opt/tbhub/plugins")
 ENTRYPOINT = [IMAGE_PYTHON, "-m", "tbhub.supervisor.board_process"]
 BOARD_PORT = 6006  # TensorBoard's port inside a board container
-# The distributions a board needs; their requirements follow.
-ROOT_DISTRIBUTIONS = ("tensorboard", "waitress")  # waitress: board_process.board_server
+# The distributions a board needs; their requirements follow: TensorBoard, waitress (the
+# board's HTTP server, board_process.board_server) and the PyTorch profiler plugin, pinned
+# with TensorBoard (constraints.txt) and loaded by the boards whose project turned it on.
+ROOT_DISTRIBUTIONS = ("tensorboard", "waitress", "torch-tb-profiler")
 LAUNCHER = "supervisor/board_process.py"  # the one module of tbhub a board imports
 # Its packages' __init__ files, written as these stubs: the image does not change with them.
 PACKAGE_STUBS = {
@@ -64,6 +70,8 @@ class ImageInputs:
     stdlib: Path
     distributions: tuple[tuple[str, str], ...]  # (name, version)
     launcher_root: Path  # the tbhub package directory the launcher modules come from
+    plugin_dir: Path | None = None  # the extra plugins, copied whole
+    plugins: tuple[tuple[str, str], ...] = ()  # their distributions (name, version)
 
     @property
     def digest(self) -> str:
@@ -72,6 +80,8 @@ class ImageInputs:
             hasher.update(part.encode() + b"\0")
         for name, version in self.distributions:
             hasher.update(f"{name}=={version}\0".encode())
+        for name, version in self.plugins:
+            hasher.update(f"plugin {name}=={version}\0".encode())
         hasher.update((self.launcher_root / LAUNCHER).read_bytes())
         return hasher.hexdigest()[:16]
 
@@ -80,11 +90,18 @@ class ImageInputs:
         return f"{IMAGE_REPOSITORY}:{self.digest}"
 
 
-def current_inputs() -> ImageInputs:
-    """The inputs for the interpreter and environment this process runs in."""
+def current_inputs(plugin_dir: Path | None = None) -> ImageInputs:
+    """The inputs for the interpreter and environment this process runs in, and the extra
+    plugins installed in `plugin_dir`."""
     python, stdlib = host_python()
     dists = distribution_closure(ROOT_DISTRIBUTIONS)
+    installed = plugin_dir is not None and plugin_dir.is_dir()
+    plugins = sorted(
+        (d.metadata["Name"], d.version) for d in metadata.distributions(path=[str(plugin_dir)])
+    ) if installed else []  # fmt: skip
     return ImageInputs(
+        plugin_dir=plugin_dir if installed else None,
+        plugins=tuple(plugins),
         python=python,
         stdlib=stdlib,
         distributions=tuple((d.metadata["Name"], d.version) for d in dists),
@@ -105,6 +122,12 @@ def write_rootfs(inputs: ImageInputs, root: RootFs, progress: Progress) -> None:
         dists=distribution_closure(ROOT_DISTRIBUTIONS), site=SITE, elves=elves,
     )  # fmt: skip
     root.add_file(inputs.launcher_root / LAUNCHER, SITE / "tbhub" / LAUNCHER)
+    if inputs.plugin_dir is not None:
+        progress("extra plugins: " + ", ".join(f"{n} {v}" for n, v in inputs.plugins))
+        for path in root.add_tree(inputs.plugin_dir, IMAGE_PLUGINS):
+            if is_elf(path):
+                elves.paths.append(path)
+                elves.copied.add(str(path.resolve()))
     for module, stub in PACKAGE_STUBS.items():
         root.add_bytes(SITE / "tbhub" / module, stub)
     add_libraries(root, elves, progress)
@@ -127,11 +150,16 @@ class BuildResult:
 
 
 def build_board_image(
-    client: Any, *, force: bool = False, progress: Progress = lambda _: None
+    client: Any,
+    *,
+    force: bool = False,
+    progress: Progress = lambda _: None,
+    plugin_dir: Path | None = None,
 ) -> BuildResult:
-    """Build the board image for the current inputs unless it exists (or `force`)."""
+    """Build the board image for the current inputs (and the extra plugins in `plugin_dir`)
+    unless it exists (or `force`)."""
     began = time.monotonic()
-    inputs = current_inputs()
+    inputs = current_inputs(plugin_dir)
     if not force and image_exists(client, inputs.tag):
         return BuildResult(inputs.tag, built=False, seconds=time.monotonic() - began)
     files = import_image(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import resource
 import shutil
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_image.py)
@@ -33,8 +35,23 @@ if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_ima
 # Plugins a board loads only when its project opts in, and why each is off.
 OFF_BY_DEFAULT_PLUGINS = {
     "projector": "reads checkpoint files outside the logdir (TensorBoard #7119)",
+    "pytorch_profiler": "the PyTorch profiler (*.pt.trace.json traces): it imports pandas, "
+    "which costs a board started by exec 1.46x its start-up time and 50 MiB",
 }
+# Plugins whose entry point has another name than the plugin: left out by either name,
+# before their package is imported.
+ENTRY_POINT_PLUGINS = {"torch_profiler": "pytorch_profiler"}
 DISABLE_FLAG = "--tbhub_disable_plugins"
+# The operator's extra plugins (`tbhub admin plugins install`) live in their own directory,
+# appended to sys.path; a board loads those its project turned on (ENABLE_FLAG) alone.
+PLUGIN_PATH_FLAG = "--tbhub_plugin_path"
+ENABLE_FLAG = "--tbhub_enable_plugins"
+ENTRY_POINT_GROUP = "tensorboard_plugins"
+# A plugin that fails to import or load is left out; the board says so on one line of its
+# log that starts with this marker and ends in JSON {"plugin", "error"} (plugin_errors()).
+PLUGIN_ERROR_MARKER = "tbhub-plugin-error: "
+PLUGIN_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # an entry point's name, as projects give it
+MAX_PLUGIN_ERROR = 500  # characters of one error kept
 CONFINED_PLUGINS = {"projector"}  # loaded only into a board that cannot read outside its logdir
 CONTAINED_ENV = "TBHUB_BOARD_CONTAINED"  # "mounts": a container that sees its project alone
 
@@ -141,26 +158,169 @@ def disabled_plugins(spec: BoardSpec) -> list[str]:
     return sorted(set(OFF_BY_DEFAULT_PLUGINS) - set(spec.plugins))
 
 
-def board_args(spec: BoardSpec, *, host: str = "127.0.0.1", port: int = 0) -> list[str]:
-    """The launcher's arguments: which plugins to leave out, then TensorBoard's flags."""
+def board_args(
+    spec: BoardSpec, *, host: str = "127.0.0.1", port: int = 0, plugin_path: str | None = None
+) -> list[str]:
+    """The launcher's arguments: which plugins to leave out, where the extra plugins are
+    and which of them to load, then TensorBoard's flags."""
     flags = tensorboard_flags(spec, host=host, port=port)
-    return [f"{DISABLE_FLAG}={','.join(disabled_plugins(spec))}", *flags]
+    extra = [f"{PLUGIN_PATH_FLAG}={plugin_path}"] if plugin_path else []
+    if plugin_path and spec.plugins:
+        extra.append(f"{ENABLE_FLAG}={','.join(spec.plugins)}")
+    return [f"{DISABLE_FLAG}={','.join(disabled_plugins(spec))}", *extra, *flags]
 
 
 def launcher_command() -> list[str]:
     return [sys.executable, "-m", "tbhub.supervisor.board_process"]
 
 
-def split_args(args: Sequence[str]) -> tuple[set[str], list[str]]:
-    """(plugins to leave out, TensorBoard flags) from `board_args` output."""
+@dataclass(frozen=True)
+class LauncherArgs:
+    """`board_args` output taken apart."""
+
+    disabled: set[str]
+    flags: list[str]  # TensorBoard's own
+    plugin_path: str | None = None
+    enabled: frozenset[str] = frozenset()  # extra plugins to load
+
+
+def split_args(args: Sequence[str]) -> LauncherArgs:
+    """The launcher's own arguments and TensorBoard's flags from `board_args` output."""
     disabled: set[str] = set()
-    flags = []
+    enabled: set[str] = set()
+    path, flags = None, []
     for arg in args:
-        if arg.startswith(f"{DISABLE_FLAG}="):
-            disabled |= {name for name in arg.split("=", 1)[1].split(",") if name}
+        name, _, value = arg.partition("=")
+        if name == DISABLE_FLAG:
+            disabled |= {n for n in value.split(",") if n}
+        elif name == ENABLE_FLAG:
+            enabled |= {n for n in value.split(",") if n}
+        elif name == PLUGIN_PATH_FLAG:
+            path = value or None
         else:
             flags.append(arg)
-    return disabled, flags
+    return LauncherArgs(disabled, flags, path, frozenset(enabled))
+
+
+def report_plugin_error(plugin: str, exc: BaseException) -> None:
+    """One line of the board's log that the control plane reads (plugin_errors())."""
+    error = f"{type(exc).__name__}: {exc}"[:MAX_PLUGIN_ERROR]
+    line = json.dumps({"plugin": plugin, "error": error})
+    print(f"{PLUGIN_ERROR_MARKER}{line}", file=sys.stderr, flush=True)
+
+
+def plugin_errors(log: str) -> list[dict[str, str]]:
+    """The plugins a board's log says failed to load, from report_plugin_error lines."""
+    found = []
+    for line in log.splitlines():
+        _, marker, rest = line.partition(PLUGIN_ERROR_MARKER)
+        if not marker:
+            continue
+        try:
+            item = json.loads(rest)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and {"plugin", "error"} <= item.keys():
+            plugin, error = str(item["plugin"])[:64], str(item["error"])[:MAX_PLUGIN_ERROR]
+            found.append({"plugin": plugin, "error": error})
+    return found
+
+
+def extra_entry_points(plugin_path: str | None) -> list[Any]:
+    """The TensorBoard plugin entry points of the distributions in the extra plugins'
+    directory (none when there is no such directory)."""
+    if not plugin_path or not os.path.isdir(plugin_path):
+        return []
+    from importlib import metadata
+
+    return [
+        ep
+        for dist in metadata.distributions(path=[plugin_path])
+        for ep in dist.entry_points
+        if ep.group == ENTRY_POINT_GROUP
+    ]
+
+
+def extra_plugins(plugin_path: str | None) -> dict[str, str]:
+    """The extra plugins by the name projects turn them on by (their entry point's), each
+    with the package it comes from."""
+    return {
+        ep.name: f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else ep.value
+        for ep in extra_entry_points(plugin_path)
+    }
+
+
+def board_plugins(launcher: LauncherArgs) -> list[Any]:
+    """TensorBoard's plugins for this board: the bundled ones (TensorBoard itself leaves out
+    one whose loading fails), then, each guarded, the installed dynamic ones (the PyTorch
+    profiler) and the extra plugins this board turned on. One of those that fails to import
+    or load is left out and reported; the board serves without it."""
+    from importlib import metadata
+
+    from tensorboard import default
+
+    extras = extra_entry_points(launcher.plugin_path)
+    extra_names = {ep.name for ep in extras}
+    installed = [
+        ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in extra_names
+    ]
+    wanted = [*installed, *(ep for ep in extras if ep.name in launcher.enabled)]
+    static = [
+        p for p in default.get_static_plugins()
+        if getattr(p, "plugin_name", None) not in launcher.disabled
+    ]  # fmt: skip
+    dynamic = []
+    for ep in wanted:
+        if {ep.name, ENTRY_POINT_PLUGINS.get(ep.name)} & launcher.disabled:
+            continue
+        try:
+            dynamic.append(_guarded(ep.name, ep.load(), launcher.disabled))
+        except Exception as exc:  # a broken package must not take the board down
+            report_plugin_error(ep.name, exc)
+    return [*static, *dynamic]
+
+
+def _guarded(name: str, spec: Any, disabled: set[str]) -> Any:
+    """A TensorBoard loader for `spec` that reports (and leaves out) a plugin whose loading
+    raises, or whose plugin name is one this board leaves out."""
+    from tensorboard.backend import application
+    from tensorboard.plugins import base_plugin
+
+    class GuardedLoader(base_plugin.TBLoader):
+        def __init__(self) -> None:
+            try:
+                self.inner = application.make_plugin_loader(spec)
+            except Exception as exc:  # not a TensorBoard loader or plugin at all
+                report_plugin_error(name, exc)
+                self.inner = None
+
+        def define_flags(self, parser: Any) -> None:
+            self._step(lambda inner: inner.define_flags(parser))  # a flag defined twice raises
+
+        def fix_flags(self, flags: Any) -> None:
+            self._step(lambda inner: inner.fix_flags(flags))
+
+        def _step(self, call: Any) -> None:
+            """Run one step of loading; a plugin whose step raises is left out."""
+            if self.inner is None:
+                return
+            try:
+                call(self.inner)
+            except Exception as exc:
+                report_plugin_error(name, exc)
+                self.inner = None
+
+        def load(self, context: Any) -> Any:
+            if self.inner is None:
+                return None
+            try:
+                plugin = self.inner.load(context)
+            except Exception as exc:
+                report_plugin_error(name, exc)
+                return None
+            return None if getattr(plugin, "plugin_name", None) in disabled else plugin
+
+    return GuardedLoader()
 
 
 def raise_open_file_limit() -> None:
@@ -268,17 +428,19 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
     """Configure TensorBoard from `board_args` output and serve until stopped. `middleware`
     wraps TensorBoard's WSGI app (bench/leaky_board.py's leak)."""
     from absl import app
-    from tensorboard import default, main_lib, program
+    from tensorboard import main_lib, program
     from tensorboard.plugins import base_plugin
 
     raise_open_file_limit()
-    disabled, flags = split_args(args)
-    if CONFINED_PLUGINS - disabled:
-        disabled |= confine_or_disable(flags)
+    launcher = split_args(args)
+    flags = launcher.flags
+    if launcher.plugin_path and launcher.plugin_path not in sys.path:
+        sys.path.append(launcher.plugin_path)  # last: it cannot shadow TensorBoard's own
+    if CONFINED_PLUGINS - launcher.disabled:
+        launcher.disabled.update(confine_or_disable(flags))
     main_lib.global_init()
-    plugins = [p for p in default.get_plugins() if getattr(p, "plugin_name", None) not in disabled]
     server = functools.partial(board_server, middleware=middleware)
-    board = program.TensorBoard(plugins=plugins, server_class=server)
+    board = program.TensorBoard(plugins=board_plugins(launcher), server_class=server)
     try:
         app.run(board.main, argv=["tensorboard", *flags], flags_parser=board.configure)
     except base_plugin.FlagsError as exc:

@@ -10,6 +10,7 @@ the auth hook: domain/dashboards.py) apply to the running board as they are.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,7 +25,12 @@ from tbhub.core.timestamps import iso_utc
 from tbhub.domain import audit
 from tbhub.domain.dashboards import DEFAULT_AUDIENCE, check_restriction
 from tbhub.domain.projects import get_project
-from tbhub.supervisor.board_process import CONFINED_PLUGINS, OFF_BY_DEFAULT_PLUGINS, landlock_abi
+from tbhub.supervisor.board_process import (
+    CONFINED_PLUGINS,
+    OFF_BY_DEFAULT_PLUGINS,
+    extra_plugins,
+    landlock_abi,
+)
 from tbhub.supervisor.metrics import BoardRow
 
 MAX_RELOAD_INTERVAL = 86_400
@@ -54,7 +60,8 @@ class SettingsChange:
     restricted_dashboards: list[str] = UNSET  # [] lifts the restriction
     restricted_audience: str | None = UNSET  # viewers, share_links or both (None: both)
 
-    def validate(self) -> None:
+    def validate(self, toggleable: Mapping[str, str] = OFF_BY_DEFAULT_PLUGINS) -> None:
+        """Check every given field; `toggleable`: the plugins a project may turn on."""
         if _given(self.reload_interval) and self.reload_interval is not None:
             _check_int("reload_interval", self.reload_interval, 1, MAX_RELOAD_INTERVAL)
         if _given(self.memory_limit) and self.memory_limit is not None:
@@ -68,15 +75,27 @@ class SettingsChange:
         if _given(self.pinned) and not isinstance(self.pinned, bool):
             raise InvalidInput("pinned must be true or false")
         if _given(self.plugins):
-            unknown = sorted(set(self.plugins) - set(OFF_BY_DEFAULT_PLUGINS))
+            unknown = sorted(set(self.plugins) - set(toggleable))
             if unknown:
                 raise InvalidInput(
-                    f"unknown plugin(s) {', '.join(unknown)}; plugins a project can turn on: "
-                    f"{', '.join(sorted(OFF_BY_DEFAULT_PLUGINS))}"
+                    f"unknown plugin(s) {', '.join(unknown)[:200]}; plugins a project can turn "
+                    f"on: {', '.join(sorted(toggleable))}"
                 )
         dashboards = self.restricted_dashboards if _given(self.restricted_dashboards) else ()
         audience = self.restricted_audience if _given(self.restricted_audience) else None
         check_restriction(dashboards, audience)
+
+
+def toggleable_plugins(settings: Settings) -> dict[str, str]:
+    """The plugins a project turns on and off per board, each with a line on what it is and
+    why it is off by default: the bundled ones that are off (the projector) and the extra
+    plugins the operator installed (TBHUB_BOARD_PLUGINS, `tbhub admin plugins install`)."""
+    extras = {
+        name: f"extra plugin from {package}, installed by the operator; off until a project "
+        "turns it on"
+        for name, package in extra_plugins(str(settings.board_plugin_dir)).items()
+    }
+    return {**extras, **OFF_BY_DEFAULT_PLUGINS}
 
 
 def _given(value: object) -> bool:
@@ -136,6 +155,7 @@ def _describe(
         "retry_at": iso_utc(board.retry_at),
         "status_note": board.status_note,
         "last_error": board.last_error,
+        "plugin_errors": list(board.plugin_errors or []),
         "settings": settings_dict(own),
     }
 
@@ -162,12 +182,6 @@ def settings_dict(own: BoardSettings | None) -> dict[str, Any]:
     }
 
 
-def toggleable_plugins(settings: Settings) -> dict[str, str]:
-    """The plugins a project owner turns on and off for its board (name -> why it is off by
-    default): what the board bar names as missing and the project's board page toggles."""
-    return dict(OFF_BY_DEFAULT_PLUGINS)
-
-
 def check_confinable(plugins: object, backend: str) -> None:
     """Refuse a plugin that boards load only confined (the projector) where they cannot be:
     a board process of this host whose kernel has no Landlock. Containers see their project
@@ -190,10 +204,12 @@ def update_settings(
     actor: str,
     now: datetime,
     backend: str,
+    toggleable: Mapping[str, str] = OFF_BY_DEFAULT_PLUGINS,
 ) -> dict[str, Any]:
     """Change a project's board settings; `backend` (TBHUB_BOARD_BACKEND) decides whether
-    the plugins that need confinement can be had here."""
-    change.validate()
+    the plugins that need confinement can be had here, `toggleable` (toggleable_plugins())
+    which plugins a project may turn on."""
+    change.validate(toggleable)
     check_confinable(change.plugins, backend)
     row = get_project(session, name=project)
     own = session.get(BoardSettings, row.id)

@@ -33,6 +33,7 @@ from tbhub.storage.compare_view import (
 )
 from tbhub.storage.links import LINK_CHECK_SECONDS, first_outside_link
 from tbhub.supervisor.backends.base import Backend
+from tbhub.supervisor.board_process import plugin_errors
 from tbhub.supervisor.metrics import SupervisorMetrics
 from tbhub.supervisor.observe import Observer
 from tbhub.supervisor.plan import (
@@ -52,6 +53,7 @@ log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
 FAST_INTERVAL = 0.1
+PLUGIN_LOG_LINES = 400  # of a board's log read when it is ready: its plugins' load errors
 
 
 def policy_from_settings(settings: Settings) -> Policy:
@@ -191,7 +193,7 @@ class Supervisor:
         if not self.may_act():
             log.warning("reconcile pass skipped: this replica's leadership is not confirmed")
             return False
-        self._note_ready(actual, result)
+        plugin_errors = self._note_ready(actual, result)
         self._health = result.health
         errors = self._apply(result.actions)
         restarts = {a.spec.project: a.reason for a in result.actions
@@ -206,6 +208,7 @@ class Supervisor:
                 errors=errors,
                 restarts=restarts,
                 pss=pss,
+                plugin_errors=plugin_errors,
                 now=datetime.fromtimestamp(self.clock(), UTC),
                 settled=read.settled,
             )
@@ -290,8 +293,10 @@ class Supervisor:
         if removed:
             log.info("removed the views of stopped compare boards: %s", ", ".join(removed))
 
-    def _note_ready(self, actual: list[Instance], result: Plan) -> None:
-        """Log each board's first ready probe, with the time it took."""
+    def _note_ready(self, actual: list[Instance], result: Plan) -> dict[str, list[dict[str, str]]]:
+        """Log each board's first ready probe, with the time it took; return the plugins each
+        of those boards left out (from its log), by project."""
+        found: dict[str, list[dict[str, str]]] = {}
         for instance in actual:
             before = self._health.get(instance.instance_id)
             after = result.health.get(instance.instance_id)
@@ -303,6 +308,20 @@ class Supervisor:
                     self.metrics.start_latency.observe(max(took, 0.0))
                 log.info("board %s ready in %.1fs (%s)", instance.project, took,
                          instance.instance_id)  # fmt: skip
+                found[instance.project] = self._plugin_errors(instance)
+        return found
+
+    def _plugin_errors(self, instance: Instance) -> list[dict[str, str]]:
+        try:
+            tail = self.backend.log_tail(instance, lines=PLUGIN_LOG_LINES)
+        except Exception:  # a log gone or unreadable: no word on plugins, not a failure
+            log.exception("reading the log of board %s failed", instance.project)
+            return []
+        errors = plugin_errors(tail)
+        for item in errors:
+            log.warning("board %s left out plugin %s: %s", instance.project, item["plugin"],
+                        item["error"])  # fmt: skip
+        return errors
 
     def _apply(self, actions: list[Start | Stop | Forget]) -> dict[str, str]:
         """Carry out the actions in parallel; return an error message per project."""

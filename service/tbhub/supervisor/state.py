@@ -258,6 +258,7 @@ def write_observed(
     pss: Mapping[str, int],
     now: datetime,
     settled: frozenset[str] = frozenset(),
+    plugin_errors: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> None:
     """Record this pass: observed state, drains, backoffs, evictions, restarts, failures.
 
@@ -267,7 +268,8 @@ def write_observed(
         n for n, seen in result.observed.items() if n not in settled or seen.state != "stopped"
     }
     touched |= failed | set(result.evicted) | set(result.drains) | set(result.memory_backoff)
-    touched |= set(restarts) | set(pss)
+    plugin_errors = plugin_errors or {}
+    touched |= set(restarts) | set(pss) | set(plugin_errors)
     if not touched:
         return
     names = sorted(touched)
@@ -302,6 +304,8 @@ def write_observed(
             )
         if name in pss:
             board.pss_bytes = pss[name]
+        if name in plugin_errors:  # a new instance became ready: its word replaces the old
+            board.plugin_errors = plugin_errors[name]
         seen = result.observed.get(name)
         if seen is None:
             continue

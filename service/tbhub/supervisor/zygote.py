@@ -38,11 +38,13 @@ import threading
 import time
 import types
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from tbhub.supervisor.board_process import ENTRY_POINT_GROUP
 from tbhub.supervisor.forked_board import become_board, in_process_program
 
 SOCKET_NAME = "zygote.sock"
@@ -91,7 +93,13 @@ def warm_up() -> str:
 
     for module in BOARD_MODULES:  # `tensorboard` itself loads several of these lazily
         importlib.import_module(module)
-    default.get_plugins()
+    default.get_static_plugins()
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):  # the PyTorch profiler
+        try:
+            entry_point.load()
+        except Exception as exc:  # each board that loads it reports it (board_plugins)
+            print(f"zygote: board plugin {entry_point.name} does not import: {exc}",
+                  file=sys.stderr, flush=True)  # fmt: skip
     getattr(tf, "__version__", None)  # resolves the lazy TensorFlow stub once
     server_ingester.get_server_binary()
     _share_web_assets()

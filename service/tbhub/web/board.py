@@ -88,7 +88,7 @@ def set_plugin(
         plugins = plugins | {plugin} if state == "on" else plugins - {plugin}
         update_settings(tx, project=name, change=SettingsChange(plugins=sorted(plugins)),
                         actor=user.name, now=datetime.now(UTC),
-                        backend=context.settings.board_backend)  # fmt: skip
+                        backend=context.settings.board_backend, toggleable=toggleable)  # fmt: skip
 
     result = attempt(context.factory, save)
     if isinstance(result, TbhubError):

@@ -146,6 +146,11 @@ class Settings(
         return self.storage_root
 
     @property
+    def board_plugin_dir(self) -> Path:
+        """Where `tbhub admin plugins install` puts the extra plugins boards may load."""
+        return self.data_dir / "board-plugins"
+
+    @property
     def board_states(self) -> Path:
         assert self.board_state_dir is not None
         return self.board_state_dir

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ByteSize, Field
+from pydantic import BaseModel, ByteSize, Field, field_validator
+
+MAX_REQUIREMENT = 200  # characters of one pip requirement spec
 
 
 class BoardSettings(BaseModel):
@@ -29,6 +31,14 @@ class BoardSettings(BaseModel):
         description="Where the local backend keeps each board's state file and log (and labels "
         "its processes with this path). Replicas on one host that should adopt each other's "
         "boards point it at the same local directory. Defaults to <data_dir>/boards.",
+    )
+    board_plugins: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra TensorBoard plugins boards may load, as pip requirement specs in a "
+        'JSON list (e.g. ["tensorboard-plugin-profile==2.24.2"]). `tbhub admin plugins '
+        "install` installs them beside tbhub (<data_dir>/board-plugins) and into the board "
+        "image; each stays off until a project turns it on (`tbhub admin board set --plugin`).",
     )
     idle_timeout: float = Field(
         default=900.0, gt=0, description="Seconds without a request before a board is stopped."
@@ -78,3 +88,23 @@ class BoardSettings(BaseModel):
         description="A running run whose event files got nothing new for this many minutes "
         "is shown as stalled.",
     )
+
+    @field_validator("board_plugins")
+    @classmethod
+    def _check_plugins(cls, value: list[str]) -> list[str]:
+        """Each entry a pip requirement spec (a name, extras, versions): no pip options, no
+        URLs, nothing pip would read as anything else."""
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        for entry in value:
+            try:
+                requirement = Requirement(entry)
+            except InvalidRequirement:
+                requirement = None
+            if len(entry) > MAX_REQUIREMENT or requirement is None or requirement.url:
+                raise ValueError(
+                    f"TBHUB_BOARD_PLUGINS entry {entry[:80]!r} is not a pip requirement spec "
+                    "like 'tensorboard-plugin-profile==2.24.2' (a name and versions, no URL, "
+                    f"at most {MAX_REQUIREMENT} characters); fix or remove it"
+                )
+        return value

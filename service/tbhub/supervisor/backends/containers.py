@@ -23,7 +23,7 @@ from docker.types import Mount
 from sqlalchemy.engine import make_url
 
 from tbhub.core.settings import Settings
-from tbhub.supervisor.board_image import BOARD_PORT, IMAGE_PYTHON
+from tbhub.supervisor.board_image import BOARD_PORT, IMAGE_PLUGINS, IMAGE_PYTHON
 from tbhub.supervisor.board_process import CONTAINED_ENV, board_args
 from tbhub.supervisor.plan import BoardSpec, Instance
 
@@ -70,8 +70,10 @@ def instance_from_labels(
 
 
 def container_args(spec: BoardSpec) -> list[str]:
-    """The launcher's arguments inside a container: every address, on the board's port."""
-    return board_args(spec, host="0.0.0.0", port=BOARD_PORT)  # its own network namespace
+    """The launcher's arguments inside a container: every address, on the board's port, and
+    the extra plugins where the board image holds them."""
+    # its own network namespace
+    return board_args(spec, host="0.0.0.0", port=BOARD_PORT, plugin_path=str(IMAGE_PLUGINS))
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,10 @@ class LocalBackend:
         tensorboard_bin: str | None,
         stop_grace: float,
         zygote_dir: Path | None = None,
+        plugin_dir: Path | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.plugin_dir = plugin_dir  # the extra plugins (`tbhub admin plugins install`)
         self.owner = owner
         self.tensorboard_bin = tensorboard_bin
         self.stop_grace = stop_grace
@@ -98,7 +100,8 @@ class LocalBackend:
 
     def command(self, spec: BoardSpec) -> list[str]:
         program = [self.tensorboard_bin] if self.tensorboard_bin else launcher_command()
-        return [*program, *board_args(spec)]
+        path = str(self.plugin_dir) if self.plugin_dir is not None else None
+        return [*program, *board_args(spec, plugin_path=path)]
 
     def start(self, spec: BoardSpec) -> Instance:
         instance_id = new_instance_id(spec.project)

@@ -30,6 +30,7 @@ def make_backend(settings: Settings) -> Backend:
             zygote_dir=settings.data_dir / "zygote"
             if settings.board_launcher == "zygote"
             else None,
+            plugin_dir=settings.board_plugin_dir,
         )
     client = docker_client()
     config = BoardContainers(
@@ -87,7 +88,8 @@ def board_image(settings: Settings, client: Any) -> str:
         return settings.board_image
     from tbhub.supervisor.board_image import build_board_image
 
-    result = build_board_image(client, progress=lambda line: log.info("board image: %s", line))
+    result = build_board_image(client, progress=lambda line: log.info("board image: %s", line),
+                               plugin_dir=settings.board_plugin_dir)  # fmt: skip
     if result.built:
         log.info("built board image %s in %.1fs", result.tag, result.seconds)
     return result.tag
