@@ -31,6 +31,7 @@ from tbhub.core.models import (
     User,
 )
 from tbhub.core.settings import Settings
+from tbhub.core.timestamps import iso_utc
 from tbhub.domain.projects import create_project, set_membership
 from tbhub.domain.users import create_user
 from tbhub.health.notify.channels import describe
@@ -49,14 +50,15 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
 SECRET = "s3cret-for-the-receiver-only"
-T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 
 class Clock:
-    """The worker's time, moved by the test (backoff and folding are minutes long)."""
+    """The worker's time, moved by the test (backoff and folding are minutes long). It starts
+    an hour after the real time, on a whole second: deliveries are made at the real time and
+    must be due at once (a clock fixed at one date failed every run after that hour)."""
 
     def __init__(self) -> None:
-        self.now = T0
+        self.start = self.now = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
 
     def __call__(self) -> datetime:
         return self.now
@@ -166,7 +168,8 @@ def test_a_webhook_arrives_signed_once(
 ) -> None:
     channel = add_channel(factory, project, kind="webhook", url=receiver.url(), secret=SECRET)
     incident = raise_incident(factory, project)
-    DeliveryWorker(notify, factory, clock=Clock()).run_once()
+    clock = Clock()
+    DeliveryWorker(notify, factory, clock=clock).run_once()
     (request,) = receiver.wait_for(1)
     assert signature_ok(SECRET, request)
     assert not signature_ok("another secret of the same length", request)
@@ -180,7 +183,7 @@ def test_a_webhook_arrives_signed_once(
     assert request.headers["Content-Type"] == "application/json"
     assert [row.state for row in deliveries(factory)] == ["sent"]
     with factory() as session:
-        assert session.get(NotificationChannel, channel).last_sent_at == T0  # type: ignore[union-attr]
+        assert session.get(NotificationChannel, channel).last_sent_at == clock.start  # type: ignore[union-attr]
 
 
 def test_a_slack_format_webhook_gets_text_and_blocks(
@@ -328,7 +331,7 @@ def test_a_failing_receiver_is_retried_with_backoff_then_the_failure_shows_on_th
     with factory() as session:
         shown = describe(session.get(NotificationChannel, channel))  # type: ignore[arg-type]
     assert shown["last_error"] == "127.0.0.1 answered 500"
-    assert shown["last_error_at"] == "2026-12-04T12:00:03Z"
+    assert shown["last_error_at"] == iso_utc(clock.start + timedelta(seconds=3))
     clock.advance(3600)
     worker.run_once()
     assert len(receiver.received) == 3  # a failed delivery is never tried again
