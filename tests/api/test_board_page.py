@@ -74,7 +74,7 @@ def test_an_owner_turns_the_projector_on_and_off_and_the_board_spec_follows(
     page = team.client.get(PAGE, headers={**team.headers("alice"), **HTML}).text
     assert 'class="state-active">on</span>' in page and "Turn off" in page
     bar = team.client.get("/api/v1/boards/vision/bar", headers=team.headers("alice")).json()
-    assert bar["plugins_off"] == []
+    assert [p["name"] for p in bar["plugins_off"]] == ["pytorch_profiler"]  # off by default
 
     off = post_form(team, "alice", FORM, {"plugin": "projector", "state": "off"})
     assert off.status_code == 303 and plugins(factory) == []  # type: ignore[attr-defined]

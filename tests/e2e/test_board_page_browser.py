@@ -131,7 +131,7 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
         # The projector's tab is missing: the bar says it is off, and why, and how to turn
         # it on, when asked.
         off = page.locator('#tbhub-bar [data-tbhub="plugins-off"]')
-        assert off.inner_text() == "Projector off"
+        assert off.inner_text() == "PROJECTOR, PYTORCH_PROFILER off"
         panel = page.locator("#tbhub-plugins-off")
         assert panel.is_hidden()
         off.click()
@@ -139,7 +139,7 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
         assert "projector is off (reads checkpoint files outside the logdir" in (panel.inner_text())
         assert "tbhub admin board set vision --plugin projector" in panel.inner_text()
         # alice owns vision: the panel links to the page that turns it on.
-        toggle = panel.locator('a[data-tbhub="plugin-toggle"]')
+        toggle = panel.locator('li[data-plugin="projector"] a[data-tbhub="plugin-toggle"]')
         assert toggle.get_attribute("href") == (
             f"{server.base_url}/projects/vision/board#plugins-heading"
         )

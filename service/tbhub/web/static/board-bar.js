@@ -65,7 +65,8 @@
     var title = el("strong", {}, [info.title || info.project]);
     var off = info.plugins_off || [];
     if (off.length) {
-      var names = off.map(function (p) { return p.name.charAt(0).toUpperCase() + p.name.slice(1); });
+      // Named as TensorBoard names their tabs.
+      var names = off.map(function (p) { return p.name.toUpperCase(); });
       parts.push(el("button", { type: "button", class: "tbhub-bar-off", "aria-expanded": "false",
                                 "aria-controls": "tbhub-plugins-off", "data-tbhub": "plugins-off" },
                     [names.join(", ") + " off"]));
