@@ -381,8 +381,11 @@ class StorageWatcher:
         """Ask for a restart of each board whose event files were rewritten in place."""
         if self.healer is None:
             return
+        by_project: dict[str, list[str]] = {}
         for project, path in sorted(event_files):
-            if self.framing.rewritten(project, path):
+            by_project.setdefault(project, []).append(path)
+        for project, paths in by_project.items():
+            for path in self.framing.rewritten_among(project, paths):
                 self.healer.rewritten(project, f"event file {path} was rewritten in place")
         self.healer.send_due()
 
