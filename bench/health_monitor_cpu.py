@@ -7,7 +7,8 @@ turn), flushed once a second per run, spread over the second. In this process so
 tells the health monitor (health/monitor.py) which event files changed, and the monitor reads
 each on from where it stopped, runs the detectors and records nothing (the curves are
 healthy). What tells it: `--feed watcher` (default), the storage watcher as `tbhub serve`
-runs it (inotify, feeding the runs table too); `--feed direct`, a thread that hands over every
+runs it (inotify, feeding the runs table, with the registered runs' claims and the
+rewritten-file healer); `--feed direct`, a thread that hands over every
 file once a second, which is what a watcher that keeps up would report.
 
 The figure is the monitor thread's own CPU time over each window, in % of one core (the
@@ -43,6 +44,7 @@ from tbhub.domain.run_sink import DatabaseRunSink
 from tbhub.domain.runs import RunFields, register_run
 from tbhub.domain.watcher import StorageWatcher
 from tbhub.health.monitor import HealthMonitor
+from tbhub.storage.event_health import Healer
 from tbhub.storage.scalars import ScalarCache
 
 PROJECT = "bench"
@@ -133,7 +135,12 @@ def start_feed(kind: str, settings: Settings, factory: sessionmaker[Session],
     if kind == "direct":
         base = settings.storage / PROJECT
         return DirectFeed(monitor, {(PROJECT, str(f.relative_to(base))) for f in files})
-    watcher = StorageWatcher(settings.storage, DatabaseRunSink(factory), mode="inotify",
+    # As serve/duties.start_watcher makes it: the registered runs claim their subtrees (a
+    # query per project per flush), and the healer's framing watch walks the record headers
+    # of every event file heard about (no board here to restart: asking does nothing).
+    sink = DatabaseRunSink(factory)
+    watcher = StorageWatcher(settings.storage, sink, mode="inotify", claims=sink.registered,
+                             healer=Healer(lambda project, why: None),
                              on_event_files=monitor.event_files)  # fmt: skip
     watcher.start()
     assert watcher.wait_ready(300)

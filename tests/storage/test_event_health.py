@@ -3,12 +3,14 @@ real event files from TensorBoard's writer, and the restart requests' rate limit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from tbhub.storage.event_health import FramingWatch, Healer
+from tbhub.storage.event_health import WALK_CHUNK, FramingWatch, Healer, _walk
 from tbhub.storage.sample_logs import write_run
+from tbhub.storage.tfrecord import HEADER_BYTES, RECORD_OVERHEAD, framed, record_length
 
 
 @pytest.fixture
@@ -74,3 +76,59 @@ def test_restart_requests_are_rate_limited_per_project() -> None:
     now[0] += 50
     healer.send_due()
     assert sent == ["vision", "speech", "vision"] and healer.due() is None
+
+
+def _walk_header_by_header(fd: int, start: int, size: int) -> tuple[int, int | None]:
+    """The walk as it was: one 12-byte read per record (the reference for the chunked one)."""
+    pos = start
+    while pos + HEADER_BYTES <= size:
+        length = record_length(os.pread(fd, HEADER_BYTES, pos))
+        if length is None:
+            return pos, pos
+        if pos + length + RECORD_OVERHEAD > size:
+            break
+        pos += length + RECORD_OVERHEAD
+    return pos, None
+
+
+def test_the_chunked_header_walk_ends_where_one_read_per_header_ends(late: Path) -> None:
+    # Records small and large (one far over a chunk), so that chunks end inside headers,
+    # inside data and exactly on boundaries; then a broken header, and cuts of every kind.
+    sizes = [0, 1, 30, WALK_CHUNK - 20, 7, 3 * WALK_CHUNK, 11, 5, WALK_CHUNK // 2, 64]
+    whole = b"".join(framed(bytes([n % 251]) * n) for n in sizes)
+    broken = bytearray(whole + framed(b"after"))
+    broken[len(whole) + 4] ^= 0xFF  # the length's CRC of the last header
+    bounds = {0, len(whole), len(broken)}
+    for at in range(0, len(whole), WALK_CHUNK // 3):
+        bounds |= {at, at + 5, at + 12}
+    for data in (whole, bytes(broken)):
+        late.write_bytes(data)
+        fd = os.open(late, os.O_RDONLY)
+        try:
+            for start in (0, HEADER_BYTES + RECORD_OVERHEAD):  # after the empty first record
+                for size in sorted(b for b in bounds if start <= b <= len(data)):
+                    expected = _walk_header_by_header(fd, start, size)
+                    assert _walk(fd, start, size) == expected, (start, size)
+        finally:
+            os.close(fd)
+
+
+def test_files_looked_at_together_through_their_project_directory(
+    tmp_path: Path, late: Path, real_bytes: bytes
+) -> None:
+    watch = FramingWatch(tmp_path / "storage")
+    other = late.parent / "events.out.tfevents.2.host.1.0"
+    late.write_bytes(bytes(len(real_bytes)))
+    other.write_bytes(real_bytes)
+    paths = ["run/" + late.name, "run/" + other.name, "run/gone"]
+    assert watch.rewritten_among("vision", paths) == []
+    with open(late, "r+b") as rewrite:
+        rewrite.write(real_bytes)
+    other.write_bytes(real_bytes[:100])
+    assert watch.rewritten_among("vision", paths) == paths[:2]
+    assert watch.rewritten_among("vision", paths) == []
+    # A project directory that is a symlink is never read, and what was seen is forgotten.
+    (tmp_path / "storage" / "vision").rename(tmp_path / "elsewhere")
+    (tmp_path / "storage" / "vision").symlink_to(tmp_path / "elsewhere")
+    assert watch.rewritten_among("vision", paths) == []
+    assert not watch._files
