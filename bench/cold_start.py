@@ -23,11 +23,15 @@ board again as soon as serve comes up, before any request.
 
 Runs cycle bare, exec, zygote, bare, ...; one unmeasured warm-up round comes first.
 Reported: every run, the medians and median(launcher) / median(bare). Targets: exec <= 1.3x,
-zygote <= 0.6x.
+zygote <= 0.6x. With `--profiler`, each launcher is measured again with the project's PyTorch
+profiler plugin turned on (`tbhub admin board set bench --plugin pytorch_profiler` before
+serve starts), reported as median(launcher+profiler) / median(launcher); target <= 1.1x (a
+plugin must not slow the boards that load it).
 
 Run it from the repository root (`make bench` runs it, then bench/warm_throughput.py):
 
-    .venv/bin/python bench/cold_start.py [--runs 5] [--warmup 1] [--launchers exec,zygote] [--json]
+    .venv/bin/python bench/cold_start.py [--runs 5] [--warmup 1] [--launchers exec,zygote]
+        [--profiler] [--json]
 
 Needs nginx on PATH (or in /usr/sbin). Uses ports 19000-19499 on 127.0.0.1 only.
 """
@@ -48,6 +52,8 @@ RUNS, STEPS, TAGS = 20, 5000, 5
 POLL_INTERVAL = 0.05
 TIMEOUT = 180.0
 TARGET_RATIO = {"exec": 1.3, "zygote": 0.6}
+PROFILER = "pytorch_profiler"
+PROFILER_TARGET = 1.1  # with the plugin against without, on the same launcher
 DATA = {"runs": RUNS, "steps": STEPS, "tags": TAGS}  # what the JSON reports say of the data
 
 
@@ -81,17 +87,23 @@ def time_to_runs(hub: Tbhub, cookie: str, url: str, names: Sequence[str], what: 
 
 def measure_tbhub(
     storage: Path, names: Sequence[str], work: Path, label: str, tbhub_bin: str, launcher: str,
-    extra_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None, plugins: Sequence[str] = (),
 ) -> float:  # fmt: skip
     """Seconds from the first board request through nginx to /data/runs listing every run.
-    `extra_env`: more settings (bench/docker_cold_start.py puts boards in containers)."""
+    `extra_env`: more settings (bench/docker_cold_start.py puts boards in containers);
+    `plugins`: turned on for the project before serve starts."""
     hub = Tbhub(
         root=work / f"tbhub-{launcher}-{label}",
         storage_root=storage,
         tbhub_bin=tbhub_bin,
         extra_env={"TBHUB_BOARD_LAUNCHER": launcher, **(extra_env or {})},
     )
-    with hub.serving():
+
+    def turn_on() -> None:
+        for plugin in plugins:
+            hub.cli("admin", "board", "set", PROJECT, "--plugin", plugin)
+
+    with hub.serving(turn_on):
         if launcher == "zygote":
             hub.wait_for_zygote()
         cookie = hub.sign_in()
@@ -111,7 +123,9 @@ def print_runs(samples: Sequence[Sample], kinds: Sequence[str], runs: int) -> No
         print(f"{index:>4} " + " ".join(f"{row[kind]:{widths[kind]}.2f}" for kind in kinds))
 
 
-def run(repeats: int, warmup: int, tbhub_bin: str, launchers: Sequence[str]) -> list[Sample]:
+def run(
+    repeats: int, warmup: int, tbhub_bin: str, launchers: Sequence[str], profiler: bool
+) -> list[Sample]:
     with temp_dir("tbhub-bench-cold.") as work:
         storage, names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
         logdir = storage / PROJECT
@@ -121,6 +135,10 @@ def run(repeats: int, warmup: int, tbhub_bin: str, launchers: Sequence[str]) -> 
             for launcher in launchers:
                 seconds = measure_tbhub(storage, names, work, label, tbhub_bin, launcher)
                 measured.append(Sample(launcher, index, seconds))
+                if profiler:
+                    seconds = measure_tbhub(storage, names, work, f"{label}-p", tbhub_bin,
+                                            launcher, plugins=[PROFILER])  # fmt: skip
+                    measured.append(Sample(f"{launcher}+profiler", index, seconds))
             return measured
 
         return measure_rounds(repeats, warmup, one_round, str)
@@ -132,18 +150,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--launchers", type=subset_of(sorted(TARGET_RATIO)), default=["exec", "zygote"],
         help="tbhub board launchers to measure, comma-separated",
     )  # fmt: skip
+    parser.add_argument("--profiler", action="store_true",
+                        help="also each launcher with the PyTorch profiler plugin on")  # fmt: skip
     args = parser.parse_args(argv)
     launchers = args.launchers
-    samples = run(args.runs, args.warmup, args.tbhub_bin, launchers)
-    kinds = ["bare", *launchers]
+    samples = run(args.runs, args.warmup, args.tbhub_bin, launchers, args.profiler)
+    with_plugin = [f"{launcher}+profiler" for launcher in launchers] if args.profiler else []
+    kinds = ["bare", *launchers, *with_plugin]
     median_s = medians(samples, kinds, lambda s: s.seconds)
     ratios = {launcher: median_s[launcher] / median_s["bare"] for launcher in launchers}
+    plugin_ratios = {
+        kind: median_s[kind] / median_s[kind.removesuffix("+profiler")] for kind in with_plugin
+    }
     summary = (
         f"cold_start: bare median {median_s['bare']:.2f}s; "
         + "; ".join(
             f"{launcher} median {median_s[launcher]:.2f}s, ratio {ratios[launcher]:.2f}x "
             f"(target <= {TARGET_RATIO[launcher]}x)"
             for launcher in launchers
+        )
+        + "".join(
+            f"; {kind} median {median_s[kind]:.2f}s, {plugin_ratios[kind]:.2f}x without the "
+            f"plugin (target <= {PROFILER_TARGET}x)"
+            for kind in with_plugin
         )
         + f" (n={args.runs})"
     )
@@ -158,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             target_met={
                 launcher: ratios[launcher] <= TARGET_RATIO[launcher] for launcher in launchers
             },
+            plugin_ratio=plugin_ratios,
             n=args.runs,
             summary=summary,
         )
@@ -166,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for launcher in launchers:
         verdict = "met" if ratios[launcher] <= TARGET_RATIO[launcher] else "MISSED"
         print(f"target: {launcher} ratio <= {TARGET_RATIO[launcher]:.1f}x: {verdict}")
+    for kind in with_plugin:
+        verdict = "met" if plugin_ratios[kind] <= PROFILER_TARGET else "MISSED"
+        print(f"target: {kind} / without <= {PROFILER_TARGET}x: {verdict}")
     print(summary)
     return 0
 
