@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
+from tbhub.core.db import transaction
+from tbhub.core.models import Run
 from tests.api.conftest import Team
 
 SEARCH = "/api/v1/runs"
@@ -180,6 +184,11 @@ def many(runs: Team) -> Team:
             runs, "vision", "bob-write", f"t{i}", hparams, {"accuracy": 0.5} if i % 4 else None
         )
     register(runs, "vision", "bob-write", "x", {"lr": "auto", "optimizer": "adam"})
+    factory = runs.client.app.state.context.factory  # type: ignore[attr-defined]
+    noon = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with transaction(factory) as session:  # last writes: ties, and runs with none (last)
+        for run in session.scalars(select(Run).where(Run.name.like("t%"))):
+            run.last_write = noon + timedelta(minutes=run.id % 3) if run.id % 5 else None
     return runs
 
 
