@@ -9,6 +9,8 @@ Each search is fetched `--requests` times in a row by one signed-in client (afte
 warm-up), through nginx, `--rounds` times. The figure is the server time the control plane
 reports in its `Server-Timing: app;dur=` header. The anchor is the project runs list,
 `GET /api/v1/projects/bench/runs?limit=50`, measured the same way. Target: p99 <= 200 ms.
+"page 20 by metric, by cursor" is the page the offset search reads (offset 1000), reached
+the way a client pages: 20 `next_cursor` hops of 50.
 
     python bench/run_search.py [--total 100000] [--requests 200] [--rounds 3]
                                [--databases sqlite,postgresql]
@@ -42,6 +44,8 @@ SEARCHES = {
     "metric range, one project": f"/api/v1/runs?project={PROJECT}&metric.val_loss<0.1",
     "a rare value": "/api/v1/runs?hparam.seed=4242",
     "page 20 by metric": "/api/v1/runs?hparam.lr=0.001&sort=-metric.accuracy&offset=1000",
+    # Filled in at run time: the same page reached by cursor, 20 pages in, as a client pages.
+    "page 20 by metric, by cursor": "/api/v1/runs?hparam.lr=0.001&sort=-metric.accuracy",
     "anchor: project runs list": f"/api/v1/projects/{PROJECT}/runs?limit=50",
 }
 
@@ -94,6 +98,21 @@ def seed(url: str, storage: Path, *, total: int, projects: int) -> None:
         engine.dispose()
 
 
+CURSOR_LABEL = "page 20 by metric, by cursor"
+
+
+def deep_cursor(client: httpx.Client, path: str, *, pages: int) -> str:
+    """`path` with the cursor of the page `pages` pages of 50 in, followed page by page."""
+    cursor = ""
+    for _ in range(pages):
+        page = client.get(path + (f"&cursor={cursor}" if cursor else ""))
+        page.raise_for_status()
+        cursor = page.json()["next_cursor"]
+        if not cursor:
+            raise SystemExit(f"{path} ended before page {pages}")
+    return f"{path}&cursor={cursor}"
+
+
 def measure(database: str, url: str, args: object) -> dict[str, object]:
     total, projects, requests, rounds, warmup = (
         getattr(args, name) for name in ("total", "projects", "requests", "rounds", "warmup")
@@ -108,12 +127,14 @@ def measure(database: str, url: str, args: object) -> dict[str, object]:
         with hub.serving(prepare=seed_database):
             client = httpx.Client(base_url=hub.base_url, timeout=30.0,
                                   cookies={"tbhub_session": hub.sign_in()})  # fmt: skip
+            searches = {**SEARCHES}
+            searches[CURSOR_LABEL] = deep_cursor(client, SEARCHES[CURSOR_LABEL], pages=20)
             p99s: dict[str, list[float]] = {label: [] for label in SEARCHES}
             p50s: dict[str, list[float]] = {label: [] for label in SEARCHES}
-            for path in SEARCHES.values():
+            for path in searches.values():
                 timed(client, path, warmup)
             for round_no in range(rounds):
-                for label, path in SEARCHES.items():
+                for label, path in searches.items():
                     result = timed(client, path, requests)
                     p99s[label].append(result["server_p99_ms"])
                     p50s[label].append(result["server_p50_ms"])

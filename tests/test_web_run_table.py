@@ -17,7 +17,7 @@ from tbhub.core.db import transaction
 from tbhub.core.models import Run
 from tbhub.core.settings import Settings
 from tbhub.domain.run_params import set_logged
-from tbhub.web.run_table import MAX_COLUMNS, RunTable
+from tbhub.web.run_table import MAX_COLUMNS, PER_PAGE, RunTable
 from tests.test_api import seed, sign_in
 from tests.test_web_runs import PAYLOAD, add_run
 
@@ -143,3 +143,32 @@ def test_runs_in_the_table_are_the_apis(
     with factory() as session:
         a = session.scalar(select(Run).where(Run.id == runs["a"]))
         assert a is not None and a.logged_hparams == {"lr": 9.0}
+
+
+def test_next_follows_the_searchs_cursor_to_the_same_runs_as_one_big_page(
+    client: TestClient, runs: dict[str, int], factory: sessionmaker[Session]
+) -> None:
+    for i in range(PER_PAGE):  # ties on lr, so the run id decides within each value
+        add_run(factory, "vision", f"r{i}", hparams={"lr": [0.1, 0.2][i % 2]})
+    sign_in(client, "bob")
+    whole = client.get("/api/v1/runs?sort=-hparam.lr&limit=500").json()["runs"]
+    expected = [f"{r['project']}/{r['path']}" for r in whole]
+    first = client.get("/runs", params={"sort": "-hparam.lr"}, headers=HTML)
+    after = re.findall(r'<a href="([^"]*)" rel="next">Next</a>', first.text)
+    assert len(after) == 1
+    link = html.unescape(after[0])
+    assert parse_qs(urlsplit(link).query)["page"] == ["2"] and "cursor" in link
+    second = client.get(link, headers=HTML)
+    assert second.status_code == 200
+    assert 'rel="next"' not in second.text  # the last page
+    assert "Page 2," in second.text
+    seen = [row[0] for row in rows_of(first.text) + rows_of(second.text)]
+    assert seen == expected and len(seen) == PER_PAGE + len(runs)
+
+
+def test_a_tampered_cursor_says_to_start_again(client: TestClient, runs: dict[str, int]) -> None:
+    sign_in(client, "bob")
+    page = client.get("/runs", params={"sort": "-hparam.lr", "cursor": "bm90IG1pbmU"},
+                      headers=HTML)  # fmt: skip
+    assert page.status_code == 422
+    assert 'role="alert"' in page.text and "start again from the first page" in page.text

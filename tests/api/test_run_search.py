@@ -3,10 +3,16 @@ runs list), on both databases: what each role sees, the syntax, and its errors."
 
 from __future__ import annotations
 
+import base64
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
+from tbhub.core.db import transaction
+from tbhub.core.models import Run
 from tests.api.conftest import Team
 
 SEARCH = "/api/v1/runs"
@@ -166,3 +172,108 @@ def test_a_malformed_condition_or_sort_is_refused_with_the_syntax(
         response = runs.client.get(f"{path}?{query}", headers=runs.headers("carol"))
         assert response.status_code == 422, response.text
         assert says in response.json()["error"]["message"], response.text
+
+
+@pytest.fixture
+def many(runs: Team) -> Team:
+    """Runs to page through: ties on a number and on a text, runs without the key, and a
+    run whose metric is text."""
+    for i in range(9):
+        hparams = {"lr": [0.1, 0.2, 0.3][i % 3], "optimizer": ["adam", "sgd"][i % 2], "seed": i}
+        register(
+            runs, "vision", "bob-write", f"t{i}", hparams, {"accuracy": 0.5} if i % 4 else None
+        )
+    register(runs, "vision", "bob-write", "x", {"lr": "auto", "optimizer": "adam"})
+    factory = runs.client.app.state.context.factory  # type: ignore[attr-defined]
+    noon = datetime(2026, 12, 1, 12, tzinfo=UTC)
+    with transaction(factory) as session:  # last writes: ties, and runs with none (last)
+        for run in session.scalars(select(Run).where(Run.name.like("t%"))):
+            run.last_write = noon + timedelta(minutes=run.id % 3) if run.id % 5 else None
+    return runs
+
+
+@pytest.mark.parametrize("sort", ["-hparam.lr", "hparam.lr", "hparam.optimizer",
+                                  "-hparam.optimizer", "-metric.accuracy", "metric.accuracy",
+                                  "created", "-created", "name", "-name", "status",
+                                  "-last_write", "last_write"])  # fmt: skip
+@pytest.mark.parametrize("where", ["", "hparam.optimizer=adam", "metric.accuracy<1"])
+def test_cursor_pages_yield_exactly_the_runs_of_one_big_page_in_its_order(
+    many: Team, sort: str, where: str
+) -> None:
+    query = f"sort={sort}" + (f"&{where}" if where else "")
+    whole = many.client.get(f"{SEARCH}?{query}&limit=500", headers=many.headers("root"))
+    expected = [r["id"] for r in whole.json()["runs"]]
+    assert len(expected) >= 3
+    for limit in (1, 2, 3):
+        walked = walk_query(many, query, limit)
+        assert walked == expected, limit
+
+
+def walk_query(team: Team, query: str, limit: int) -> list[int]:
+    seen: list[int] = []
+    cursor = ""
+    for _ in range(100):
+        url = f"{SEARCH}?{query}&limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        page = team.client.get(url, headers=team.headers("root"))
+        assert page.status_code == 200, page.text
+        seen += [r["id"] for r in page.json()["runs"]]
+        cursor = page.json()["next_cursor"] or ""
+        if not cursor:
+            return seen
+    raise AssertionError("the pages never ended")
+
+
+def test_a_cursor_page_is_the_offset_page_at_the_same_place(many: Team) -> None:
+    first = many.client.get(f"{SEARCH}?sort=-hparam.lr&limit=4", headers=many.headers("root"))
+    cursor = first.json()["next_cursor"]
+    assert first.json()["next_offset"] == 4
+    by_cursor = many.client.get(f"{SEARCH}?sort=-hparam.lr&limit=4&cursor={cursor}",
+                                headers=many.headers("root"))  # fmt: skip
+    by_offset = many.client.get(f"{SEARCH}?sort=-hparam.lr&limit=4&offset=4",
+                                headers=many.headers("root"))  # fmt: skip
+    assert [r["id"] for r in by_cursor.json()["runs"]] == [
+        r["id"] for r in by_offset.json()["runs"]]  # fmt: skip
+
+
+def _cursor(data: Any) -> str:
+    raw = json.dumps(data, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("sort", "cursor", "says"),
+    [
+        ("-hparam.lr", "not base64!", "not one this server made"),
+        ("-hparam.lr", _cursor([1, 2]), "not one this server made"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 0, "v": 0.1}), "not one this server"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 7, "v": 0.1, "i": 1}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 0, "v": "x", "i": 1}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 1, "v": 2.0, "i": 1}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 2, "v": 2.0, "i": 1}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 0, "v": True, "i": 1}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 0, "v": 1, "i": 2**70}), "not one"),
+        ("-hparam.lr", _cursor({"s": "-hparam.lr", "g": 0, "v": 1, "i": "1"}), "not one"),
+        ("-hparam.lr", _cursor({"s": "name", "g": 0, "v": "a", "i": 1}), "belongs to sort=name"),
+        ("-last_write", _cursor({"s": "-last_write", "g": 0, "v": "noon", "i": 1}), "not one"),
+        ("status", _cursor({"s": "status", "g": 0, "v": "sleeping", "i": 1}), "not one"),
+        ("-created", _cursor({"s": "-created", "g": 0, "v": 3, "i": 1}), "not one"),
+        ("-hparam.lr", "QUFB" * 600, "longer than 2048"),
+        ("-hparam.lr", base64.urlsafe_b64encode(b"\xff\xfe").decode(), "not one this server"),
+    ],
+)
+def test_a_bad_cursor_is_refused_with_what_to_do(
+    many: Team, sort: str, cursor: str, says: str
+) -> None:
+    response = many.client.get(SEARCH, headers=many.headers("root"),
+                               params={"sort": sort, "cursor": cursor})  # fmt: skip
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert says in message or "2048" in message, response.text
+
+
+def test_a_cursor_and_an_offset_at_once_are_refused(many: Team) -> None:
+    first = many.client.get(f"{SEARCH}?limit=2", headers=many.headers("root")).json()
+    response = many.client.get(SEARCH, headers=many.headers("root"),
+                               params={"cursor": first["next_cursor"], "offset": 2})  # fmt: skip
+    assert response.status_code == 422, response.text
+    assert "not both" in response.json()["error"]["message"]

@@ -60,9 +60,9 @@ def read_all(
 
 def search(factory: sessionmaker[Session], *filters: str, sort: str = "created") -> list[str]:
     with factory() as session:
-        found, _ = search_runs(session, project_ids=None, filters=parse_filters(filters),
-                               sort=parse_sort(sort), offset=0, limit=50)  # fmt: skip
-        return [run.path for run, _ in found]
+        found = search_runs(session, project_ids=None, filters=parse_filters(filters),
+                            sort=parse_sort(sort), offset=0, limit=50)  # fmt: skip
+        return [run.path for run, _ in found.rows]
 
 
 def test_each_writers_hparams_and_metrics_reach_the_run_and_the_search(

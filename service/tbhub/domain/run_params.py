@@ -14,13 +14,28 @@ import math
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, delete, exists, false, func, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    exists,
+    false,
+    func,
+    null,
+    or_,
+    select,
+    text,
+    tuple_,
+)
 from sqlalchemy.orm import Session, aliased
 
 from tbhub.core.errors import InvalidInput
-from tbhub.core.models import Project, RetentionState, Run, RunParam
+from tbhub.core.models import Project, RetentionState, Run, RunParam, RunStatus
+from tbhub.domain.run_cursor import SearchCursor, bad_cursor, decode_cursor
 
 AnySelect = TypeVar("AnySelect", bound=Select[*tuple[Any, ...]])
 KINDS = {"hparam": "h", "metric": "m"}
@@ -196,19 +211,32 @@ def _matches_many(session: Session, filters: Sequence[ParamFilter]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of a run search: its rows (run, project name), then where the next starts,
+    as an offset and as a cursor; both None at the end."""
+
+    rows: list[tuple[Run, str]]
+    next_offset: int | None
+    next_cursor: SearchCursor | None
+
+
 def search_runs(
     session: Session,
     *,
     project_ids: Collection[int] | None,
     filters: Sequence[ParamFilter],
     sort: ParamSort,
-    offset: int,
     limit: int,
+    offset: int = 0,
+    cursor: SearchCursor | None = None,
     include_removed: bool = False,
-) -> tuple[list[tuple[Run, str]], int | None]:
+) -> SearchPage:
     """The runs of `project_ids` (None: every project) that pass every filter, in the order
-    asked for (runs without the sort key last, then newest first), one page at a time; with
-    the offset of the next page, or None at the end.
+    asked for (runs without the sort key last, then newest first), one page at a time: from
+    `offset`, or after `cursor` (a keyset page: within the cursor's segment only the rows
+    after its (value, run id) in the index's order are read, so a deep page costs what the
+    first does).
 
     The page is found as run ids first, from one table at a time in the order an index
     keeps, then its runs are read: neither database then sorts every run for one page."""
@@ -217,24 +245,102 @@ def search_runs(
         # fifth of the runs, seed=4242 one): never a generic plan for a prepared statement.
         session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
     per_run = bool(filters) and _matches_many(session, filters)
-    ids: list[int] = []
-    skip, want = offset, limit + 1
-    for segment in _segments(project_ids, filters, sort, per_run=per_run, removed=include_removed):
-        found = list(session.scalars(segment.offset(skip).limit(want)))
-        ids += found
-        want -= len(found)
+    found: list[tuple[int, int, Any]] = []  # (segment, run id, sort value)
+    skip, want = (0 if cursor else offset), limit + 1
+    segments = _segments(project_ids, filters, sort, per_run=per_run, removed=include_removed)
+    for number, segment in enumerate(segments):
+        query = segment.query
+        if cursor is not None:
+            if number < cursor.segment:
+                continue
+            if number == cursor.segment:
+                query = query.where(segment.after(cursor))
+        rows = list(session.execute(query.offset(skip).limit(want)))
+        found += [(number, int(row[0]), row[1]) for row in rows]
+        want -= len(rows)
         if want == 0:
             break
-        if found or skip == 0:
+        if rows or skip == 0:
             skip = 0
         else:  # the page starts past this segment: skip what it holds
-            counted = select(func.count()).select_from(segment.order_by(None).subquery())
+            counted = select(func.count()).select_from(query.order_by(None).subquery())
             skip = max(0, skip - int(session.scalar(counted) or 0))
-    more = len(ids) > limit
-    ids = ids[:limit]
-    query = select(Run, Project.name).join(Project, Project.id == Run.project_id)
-    by_id = {row[0].id: (row[0], row[1]) for row in session.execute(query.where(Run.id.in_(ids)))}
-    return [by_id[i] for i in ids if i in by_id], (offset + limit if more else None)
+    more = len(found) > limit
+    found = found[:limit]
+    ids = [run_id for _, run_id, _ in found]
+    runs = select(Run, Project.name).join(Project, Project.id == Run.project_id)
+    by_id = {row[0].id: (row[0], row[1]) for row in session.execute(runs.where(Run.id.in_(ids)))}
+    next_cursor = None
+    if more:
+        number, run_id, value = found[-1]
+        value = value.value if isinstance(value, RunStatus) else value
+        next_cursor = SearchCursor(_sort_text(sort), number, value, run_id)
+    return SearchPage([by_id[i] for i in ids if i in by_id],
+                      offset + limit if more and cursor is None else None,
+                      next_cursor)  # fmt: skip
+
+
+def _sort_text(sort: ParamSort) -> str:
+    return f"-{sort.field}" if sort.descending else sort.field
+
+
+def cursor_for(text: str, sort: ParamSort) -> SearchCursor:
+    """The cursor `text` of a search sorted by `sort`, checked (domain/run_cursor.py)."""
+    return decode_cursor(text, _sort_text(sort))
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One part of the order: rows of (run id, sort value) by `value` (None: by run id
+    alone), then run id, both `descending` or both not; a plain column's nulls last."""
+
+    query: Select[*tuple[Any, ...]]
+    value: Any
+    run_id: Any
+    descending: bool
+    cast: Any = None  # the cursor's value as the column compares it; None: no value
+
+    def after(self, cursor: SearchCursor) -> ColumnElement[bool]:
+        """The rows after the cursor's in this segment's order."""
+        beyond = (lambda a, b: a < b) if self.descending else (lambda a, b: a > b)
+        if self.value is None:
+            if cursor.value is not None:
+                raise bad_cursor()
+            return beyond(self.run_id, cursor.run_id)  # type: ignore[no-any-return]
+        if cursor.value is None:  # a plain column's nulls, last
+            return and_(self.value.is_(None), beyond(self.run_id, cursor.run_id))
+        try:
+            value = self.cast(cursor.value)
+        except (TypeError, ValueError):
+            raise bad_cursor() from None
+        pair = beyond(tuple_(self.value, self.run_id), tuple_(value, cursor.run_id))
+        return or_(pair, self.value.is_(None)) if self.cast in _NULLABLE else pair
+
+
+def _as_number(value: Any) -> float:
+    if not isinstance(value, int | float):
+        raise TypeError(value)
+    return float(value)
+
+
+def _as_text(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > TEXT_MAX:
+        raise TypeError(value)
+    return value
+
+
+def _as_time(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return datetime.fromisoformat(value)
+
+
+def _as_status(value: Any) -> RunStatus:
+    return RunStatus(_as_text(value))
+
+
+_NULLABLE = (_as_time,)
+_PLAIN_CASTS = {"name": _as_text, "status": _as_status, "last_write": _as_time}
 
 
 def _segments(
@@ -244,7 +350,7 @@ def _segments(
     *,
     per_run: bool,
     removed: bool,
-) -> list[Select[int]]:
+) -> list[_Segment]:
     """The run ids of the page's order, in segments read one after the other."""
     scope: list[ColumnElement[bool]] = []
     if project_ids is not None:
@@ -254,10 +360,13 @@ def _segments(
     then = Run.id.desc() if sort.descending else Run.id.asc()
     if sort.field in PLAIN_SORTS:
         column = PLAIN_SORTS[sort.field]
+        where = (*scope, *param_conditions(Run.id, filters, per_run=per_run))
+        if column is Run.id:
+            by_id = select(Run.id, null()).where(*where).order_by(then)
+            return [_Segment(by_id, None, Run.id, sort.descending)]
         first = column.desc() if sort.descending else column.asc()
-        order = [then] if column is Run.id else [first.nulls_last(), then]
-        query = select(Run.id).where(*scope, *param_conditions(Run.id, filters, per_run=per_run))
-        return [query.order_by(*order)]
+        by_value = select(Run.id, column).where(*where).order_by(first.nulls_last(), then)
+        return [_Segment(by_value, column, Run.id, sort.descending, _PLAIN_CASTS[sort.field])]
     # The runs with a number for the key, by it; then those with text, by it; then the runs
     # without the key, newest first. The first two read run_params alone, in the order of
     # its index (kind, key, value, run id), and check each run as they go.
@@ -270,14 +379,17 @@ def _segments(
     checks = [f.condition(by) for f in own]
     checks += param_conditions(by.run_id, others, per_run=per_run)
     # The scope is checked last: the filters are the likelier to turn a row down.
-    keyed = select(by.run_id).where(by.kind == KINDS[kind], by.key == key, *checks, in_scope)
+    where = (by.kind == KINDS[kind], by.key == key, *checks, in_scope)
     step = (lambda c: c.desc()) if sort.descending else (lambda c: c.asc())
     without = ~exists().where(RunParam.run_id == Run.id, RunParam.kind == KINDS[kind],
                               RunParam.key == key)  # fmt: skip
+    down = sort.descending
     return [
-        keyed.where(by.num.is_not(None)).order_by(step(by.num), step(by.run_id)),
-        keyed.where(by.num.is_(None)).order_by(step(by.text), step(by.run_id)),
-        select(Run.id).where(*scope, without,
-                             *param_conditions(Run.id, filters, per_run=per_run))
-        .order_by(Run.id.desc()),
+        _Segment(select(by.run_id, by.num).where(by.num.is_not(None), *where)
+                 .order_by(step(by.num), step(by.run_id)), by.num, by.run_id, down, _as_number),
+        _Segment(select(by.run_id, by.text).where(by.num.is_(None), *where)
+                 .order_by(step(by.text), step(by.run_id)), by.text, by.run_id, down, _as_text),
+        _Segment(select(Run.id, null()).where(*scope, without,
+                                              *param_conditions(Run.id, filters, per_run=per_run))
+                 .order_by(Run.id.desc()), None, Run.id, True),
     ]  # fmt: skip

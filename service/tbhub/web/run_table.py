@@ -2,7 +2,8 @@
 hyperparameters and metrics chosen as columns, filtered by hparam./metric. conditions and
 sorted by any column; the search `GET /api/v1/runs` makes (domain/run_params.search_runs).
 Every choice is in the URL (`?project=&where=&sort=&column=hparam.lr&column=...&page=`), so
-a table can be bookmarked and shared."""
+a table can be bookmarked and shared. "Next" carries the search's cursor (`&cursor=`), so a
+deep page is as fast as the first; `page` then only numbers it."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from tbhub.auth.permissions import readable_project_ids
 from tbhub.core.bounds import PROJECT_NAME_MAX
 from tbhub.core.errors import InvalidInput
 from tbhub.core.models import Project, Role, Run
+from tbhub.domain.run_cursor import CURSOR_MAX
 from tbhub.domain.run_params import (
     KEY_MAX,
     PLAIN_SORTS,
+    cursor_for,
     effective_params,
     parse_filters,
     parse_sort,
@@ -50,11 +53,13 @@ class RunTable:
     sort: str = "-created"
     columns: tuple[str, ...] = ()
     page: int = 1
+    cursor: str = ""  # where this page starts (the last page's next cursor); "": by page
 
     def link(self, **changes: Any) -> str:
         """This table's URL with some values changed; a new filter or order starts at 1."""
         if "page" not in changes:
             changes["page"] = 1
+        changes.setdefault("cursor", "")
         wanted = replace(self, **changes)
         params: list[tuple[str, str | int]] = []
         if wanted.project:
@@ -66,6 +71,8 @@ class RunTable:
         params += [("column", column) for column in wanted.columns]
         if wanted.page != 1:
             params.append(("page", wanted.page))
+        if wanted.cursor:
+            params.append(("cursor", wanted.cursor))
         return f"/runs?{urlencode(params)}" if params else "/runs"
 
     def sort_link(self, field: str) -> str:
@@ -132,6 +139,7 @@ def runs_table(
         Query(max_length=MAX_COLUMNS * 2),
     ] = None,
     page_number: Annotated[int, Query(alias="page", ge=1, le=MAX_PAGE)] = 1,
+    cursor: Annotated[str, Query(max_length=CURSOR_MAX)] = "",
 ) -> Response:
     caller = caller_of(user)
     readable = readable_project_ids(session, user_id=user.id, token_projects=None)
@@ -140,17 +148,21 @@ def runs_table(
         ids = frozenset({require_project(context.access, caller, project, Role.viewer).project_id})
     else:
         ids = readable
-    table = RunTable(project, where.strip(), sort.strip() or RunTable.sort, (), page_number)
+    table = RunTable(project, where.strip(), sort.strip() or RunTable.sort, (), page_number,
+                     cursor)  # fmt: skip
     error: str | None = None
     rows: list[tuple[Run, str]] = []
-    next_offset: int | None = None
+    next_cursor = ""
     try:
         table = replace(table, columns=_columns(column or []))
         filters = parse_filters(table.where.split())
         order = parse_sort(table.sort)
-        rows, next_offset = search_runs(session, project_ids=ids, filters=filters, sort=order,
-                                        offset=(table.page - 1) * PER_PAGE,
-                                        limit=PER_PAGE)  # fmt: skip
+        after = cursor_for(cursor, order) if cursor else None
+        found = search_runs(session, project_ids=ids, filters=filters, sort=order,
+                            offset=0 if after else (table.page - 1) * PER_PAGE, cursor=after,
+                            limit=PER_PAGE)  # fmt: skip
+        rows = found.rows
+        next_cursor = found.next_cursor.encode() if found.next_cursor else ""
     except InvalidInput as exc:
         error = str(exc)
     runs = [run for run, _ in rows]
@@ -160,7 +172,7 @@ def runs_table(
         "rows": [(run, name, _cells(run, table.columns)) for run, name in rows],
         "offered": _offered(runs, table.columns),
         "plain_sorts": [(field, PLAIN_LABELS[field]) for field in PLAIN_SORTS],
-        "has_next": next_offset is not None,
+        "next_cursor": next_cursor,
         "error": error,
     }
     return page(request, "runs_table.html", values, user=user,
