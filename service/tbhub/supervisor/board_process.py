@@ -337,6 +337,7 @@ def raise_open_file_limit() -> None:
 Middleware = Callable[[Any], Any]  # a WSGI app in, a WSGI app out
 SERVER_THREADS = 16  # requests answered at once; TensorBoard's calls are short
 SERVER_CONNECTIONS = 1024  # open connections, idle ones included (nginx keeps some)
+SERVER_LOOKAHEAD = 5  # requests a connection may queue while one is answered
 SERVER_IDLE_SECONDS = 120  # an idle connection is closed after this (nginx lets go at 60 s)
 
 
@@ -407,6 +408,9 @@ def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = N
                 wsgi_app, host=flags.host, port=flags.port, threads=SERVER_THREADS,
                 connection_limit=SERVER_CONNECTIONS, channel_timeout=SERVER_IDLE_SECONDS,
                 asyncore_use_poll=True,  # select() fails past descriptor 1023 (TensorBoard #4955)
+                # Without reading ahead, 64 connections at once took a board from 1,300 to
+                # 200 requests a second (bench/warm_throughput.py); with it, about 900.
+                channel_request_lookahead=SERVER_LOOKAHEAD,
                 ident="TensorBoard",
             )  # fmt: skip
             port = self._server.effective_port
