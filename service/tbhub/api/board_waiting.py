@@ -49,6 +49,18 @@ def not_serving(project: str, view: BoardView | None) -> NotServing:
                       f"the board of {project!r} is starting{again}", last)  # fmt: skip
 
 
+# What a board's readers are told of it: serving, or why not (NotServing.code).
+BOARD_STATES = ("ready", "board_starting", "board_failed", "no_capacity")
+
+
+def board_state(project: str, view: BoardView | None) -> tuple[str, str | None]:
+    """The board's state as one of BOARD_STATES, and the reason it does not serve."""
+    if view is not None and view.serving:
+        return "ready", None
+    answer = not_serving(project, view)
+    return answer.code, answer.reason
+
+
 def not_serving_answer(
     request: Request, project: str, view: BoardView | None, *, html: bool
 ) -> Response:
