@@ -97,6 +97,12 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_boar
     page.wait_for_selector("text=run-01", timeout=30_000)
     page.wait_for_selector("#tbhub-bar", timeout=30_000)
     assert bar_asked_on == [2], f"the bar asked for its data on documents {bar_asked_on}"
+    # The starting page prefetched TensorBoard's big script (the control plane answered it
+    # while the board started): the board's page took it from the cache.
+    from_cache = page.evaluate("""performance.getEntriesByType("resource")
+        .filter((e) => new URL(e.name).pathname.endsWith("/index.js"))
+        .map((e) => e.transferSize)""")
+    assert from_cache == [0], f"index.js transferred {from_cache} bytes"
 
 
 def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(

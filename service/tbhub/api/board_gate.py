@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from tbhub.api.board_listing import filtered_listing
-from tbhub.api.board_waiting import not_serving_answer
+from tbhub.api.board_waiting import not_serving_answer, stamped_answer
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
@@ -313,7 +313,7 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
     view = board_for(context, board)
     if denied and is_listing(rest) and view is not None and view.serving:
         return filtered_listing(view, f"/boards/{project}{rest}", denied)
-    return not_serving_answer(request, project, view, html=html)
+    return stamped_answer(request, rest) or not_serving_answer(request, project, view, html=html)
 
 
 def board_rest(request: Request, project: str) -> str:

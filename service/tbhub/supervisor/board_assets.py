@@ -13,11 +13,15 @@ validator or a cache lifetime from here.
 
 The control plane reads the same zip for `stamped_files()`: the stamped scripts a board page
 loads (index.js, and the chart worker index.js starts), which the project page prefetches
-while its board serves, so that the click on "Open board" finds them in the cache."""
+while its board serves, so that the click on "Open board" finds them in the cache. While a
+board starts, the control plane answers those URLs itself (`stamped_file()`: the same bytes,
+ETag and lifetime as the board's), so the starting page prefetches them during the wait."""
 
 from __future__ import annotations
 
 import functools
+import gzip
+import mimetypes
 import re
 import zipfile
 from collections.abc import Callable, Iterable
@@ -41,12 +45,17 @@ class Assets:
     preload: str | None
 
 
+def etag_of(version: str, info: zipfile.ZipInfo) -> str:
+    """A file's strong ETag: TensorBoard's version and the file's CRC and size in the zip."""
+    return f'"tb-{version}-{info.CRC:08x}-{info.file_size}"'
+
+
 def read_assets(zip_file: Any, version: str) -> Assets:
     """The ETags of a TensorBoard's webfiles.zip (a path or an open file) and its index
     page's preloads."""
     with zipfile.ZipFile(zip_file) as zip_:
         etags = {
-            info.filename: f'"tb-{version}-{info.CRC:08x}-{info.file_size}"'
+            info.filename: etag_of(version, info)
             for info in zip_.infolist()
             if not info.is_dir() and info.filename != INDEX
         }
@@ -141,3 +150,29 @@ class BoardAssets:
             return start_response(status, headers, *exc)
 
         return self.app(environ, with_preload)
+
+
+@dataclass(frozen=True)
+class StampedFile:
+    """One stamped script as a board would send it: gzipped, with its ETag and type."""
+
+    gzipped: bytes
+    etag: str
+    content_type: str
+
+
+@functools.lru_cache(maxsize=8)
+def stamped_file(src: str) -> StampedFile | None:
+    """The installed TensorBoard's file for `src`, one of stamped_files(); None for any other
+    URL (only version-stamped scripts may be answered without the board)."""
+    if src not in stamped_files():
+        return None
+    from tensorboard import assets, version
+
+    name = src.split("?")[0]
+    with assets.get_default_assets_zip_provider()() as zip_file, zipfile.ZipFile(zip_file) as zip_:
+        info = zip_.getinfo(name)
+        content = zip_.read(name)
+    kind = mimetypes.guess_type(name)[0] or "application/javascript"
+    gzipped = gzip.compress(content, compresslevel=6, mtime=0)
+    return StampedFile(gzipped, etag_of(version.VERSION, info), kind)
