@@ -11,17 +11,28 @@ logdir (5 runs x 200 steps x 2 scalar tags, tbhub.storage.sample_logs), and a ba
 - warm: the board running;
 - bare: the bare TensorBoard's URL opened directly (no click: it has no project page);
 
-each in a fresh browser profile (a new context: empty cache) and in a returning one (one
-context per target that has opened the board before, so its cache holds what TensorBoard
-let it keep). The clock stops when the first scalar card's y axis shows the data's range:
+each in a fresh browser profile (a new incognito context: empty cache) and in a returning one
+(one profile on disk per target that has opened the board before, so its cache holds what
+TensorBoard let it keep, and V8's code cache what Chromium compiled: an incognito context
+has no code cache, so `--returning incognito` measures without it). The clock stops when
+the first scalar card's y axis shows the data's range:
 the card draws an empty chart with a 0..1 axis first, and its canvas with the curve in the
 same frame as the data's axis. A MutationObserver in the page notes the time of the last
 change; the visit ends when it has not changed for a second.
 
+Each tbhub visit is also split in two: `wait` (the click to the start of TensorBoard's
+document: the starting page's share of a cold visit) and `page` (that start to the chart).
+With `--breakdown`, one more visit of each kind runs under Chromium's tracing
+(bench/_timeline.py) and reports, from the document's start: the page's HTML and index.js
+received, the first data request (TensorBoard's script has run far enough to ask), the
+chart; and index.js's compile and evaluation, all JavaScript and all style and layout on the
+page's main thread, and whether the compile consumed V8's code cache.
+
 Targets (issue 19): cold <= 1.2x warm; warm <= 0.8x bare in a fresh profile, and <= 0.5x
 bare in a returning one.
 
-    .venv/bin/python bench/first_chart.py [--runs 5] [--warmup 1] [--json]
+    .venv/bin/python bench/first_chart.py [--runs 5] [--warmup 1] [--breakdown]
+        [--returning profile|incognito] [--json]
 
 Needs nginx and chromium on PATH (or in /usr/sbin, /usr/bin).
 """
@@ -31,15 +42,18 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
 from _places import HOST, PROJECT, free_port
 from _processes import ready_bare_tensorboard, temp_dir, wait_for
 from _reports import arguments, emit_report, measure_rounds, medians
 from _sample_data import copied_logdir
 from _tbhub import Tbhub
+from _timeline import resources, summarize, traced
 
 RUNS, STEPS, TAGS = 5, 200, 2
 DATA = {"runs": RUNS, "steps": STEPS, "tags": TAGS}
@@ -85,10 +99,21 @@ class Sample:
     kind: str
     index: int
     seconds: float
+    wait_s: float = 0.0  # the click to the start of TensorBoard's document
+    page_s: float = 0.0  # that start to the first chart
+    breakdown: dict[str, Any] = field(default_factory=dict)
 
 
-def first_chart_seconds(page: Page, started_ms: float) -> float:
-    """Seconds from `started_ms` (epoch) to the first chart drawn with its data."""
+@dataclass
+class Visit:
+    seconds: float
+    wait_s: float
+    page_s: float
+    breakdown: dict[str, Any]
+
+
+def first_chart(page: Page, started_ms: float, *, trace_from_us: float | None) -> Visit:
+    """From `started_ms` (epoch) to the first chart drawn with its data."""
     page.wait_for_selector("scalar-card line-chart canvas", state="attached", timeout=TIMEOUT_MS)
 
     def settled() -> bool:
@@ -97,28 +122,52 @@ def first_chart_seconds(page: Page, started_ms: float) -> float:
 
     wait_for(settled, timeout=TIMEOUT_MS / 1000, what="the first chart to show its data",
              interval=0.1)  # fmt: skip
-    return (float(page.evaluate("window.__firstChart")) - started_ms) / 1000
+    chart_ms = float(page.evaluate("window.__firstChart"))
+    timing = resources(page) if trace_from_us is not None else {}
+    origin = float(page.evaluate("performance.timeOrigin"))
+    if timing:
+        timing["chart_ms"] = round(chart_ms - origin, 1)
+    return Visit((chart_ms - started_ms) / 1000, max(0.0, origin - started_ms) / 1000,
+                 (chart_ms - origin) / 1000, timing)  # fmt: skip
 
 
-def visit_tbhub(hub: Tbhub, context: BrowserContext) -> float:
+def visited(page: Page, go: Callable[[], float], trace: bool) -> Visit:
+    """`go()` starts the visit and says when (epoch ms); traced, with the timeline's summary."""
+    if not trace:
+        return first_chart(page, go(), trace_from_us=None)
+    with traced(page) as events:
+        visit = first_chart(page, go(), trace_from_us=0.0)
+    visit.breakdown.update(summarize(events))
+    return visit
+
+
+def visit_tbhub(hub: Tbhub, context: BrowserContext, trace: bool = False) -> Visit:
     """The project page, then a click on its "Open board"."""
     page = context.new_page()
     try:
         page.goto(f"{hub.base_url}/projects/{PROJECT}")
         link = page.get_by_role("link", name="Open board").first
-        started_ms = time.time() * 1000
-        link.click()
-        return first_chart_seconds(page, started_ms)
+
+        def click() -> float:
+            started_ms = time.time() * 1000
+            link.click()
+            return started_ms
+
+        return visited(page, click, trace)
     finally:
         page.close()
 
 
-def visit_bare(url: str, context: BrowserContext) -> float:
+def visit_bare(url: str, context: BrowserContext, trace: bool = False) -> Visit:
     page = context.new_page()
     try:
-        started_ms = time.time() * 1000
-        page.goto(url)
-        return first_chart_seconds(page, started_ms)
+
+        def open_url() -> float:
+            started_ms = time.time() * 1000
+            page.goto(url)
+            return started_ms
+
+        return visited(page, open_url, trace)
     finally:
         page.close()
 
@@ -130,47 +179,65 @@ def stop_board(hub: Tbhub) -> None:
              what="the bench board to stop", interval=0.1)  # fmt: skip
 
 
+VIEWPORT = {"width": 1280, "height": 900}
+
+
 class Visits:
-    """The browser contexts of one bench: returning ones kept, fresh ones made per visit."""
+    """The browser contexts of one bench: returning ones kept (each a profile on disk, or an
+    incognito context), fresh ones made per visit."""
 
-    def __init__(self, browser: Browser, hub: Tbhub, cookie: str, bare_url: str) -> None:
+    def __init__(self, playwright: Playwright, browser: Browser, hub: Tbhub, cookie: str,
+                 bare_url: str, profiles: Path | None) -> None:  # fmt: skip
         self.browser, self.hub, self.cookie, self.bare_url = browser, hub, cookie, bare_url
-        self.returning = {"tbhub": self.context(), "bare": self.context()}
+        self.returning = {
+            target: self.prepared(self.returning_context(playwright, target, profiles))
+            for target in ("tbhub", "bare")
+        }
 
-    def context(self) -> BrowserContext:
-        context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+    def returning_context(self, playwright: Playwright, target: str, profiles: Path | None
+                          ) -> BrowserContext:  # fmt: skip
+        if profiles is None:
+            return self.browser.new_context(viewport=VIEWPORT)
+        return playwright.chromium.launch_persistent_context(
+            profiles / target, executable_path=CHROMIUM, args=CHROMIUM_ARGS, viewport=VIEWPORT
+        )
+
+    def prepared(self, context: BrowserContext) -> BrowserContext:
         context.add_init_script(CHART_WATCH)
         context.add_cookies([{"name": "tbhub_session", "value": self.cookie,
                               "url": self.hub.base_url}])  # fmt: skip
         return context
 
-    def fresh(self, visit: Callable[[BrowserContext], float]) -> float:
-        context = self.context()
+    def fresh(self, visit: Callable[[BrowserContext], Visit]) -> Visit:
+        context = self.prepared(self.browser.new_context(viewport=VIEWPORT))
         try:
             return visit(context)
         finally:
             context.close()
 
-    def round(self, index: int) -> list[Sample]:
-        tbhub = lambda context: visit_tbhub(self.hub, context)  # noqa: E731
-        bare = lambda context: visit_bare(self.bare_url, context)  # noqa: E731
-        seconds: dict[str, float] = {}
-        seconds["bare_fresh"] = self.fresh(bare)
-        seconds["bare_returning"] = bare(self.returning["bare"])
-        seconds["warm_fresh"] = self.fresh(tbhub)
-        seconds["warm_returning"] = tbhub(self.returning["tbhub"])
+    def round(self, index: int, *, trace: bool = False) -> list[Sample]:
+        tbhub = lambda context: visit_tbhub(self.hub, context, trace)  # noqa: E731
+        bare = lambda context: visit_bare(self.bare_url, context, trace)  # noqa: E731
+        visits: dict[str, Visit] = {}
+        visits["bare_fresh"] = self.fresh(bare)
+        visits["bare_returning"] = bare(self.returning["bare"])
+        visits["warm_fresh"] = self.fresh(tbhub)
+        visits["warm_returning"] = tbhub(self.returning["tbhub"])
         stop_board(self.hub)
-        seconds["cold_fresh"] = self.fresh(tbhub)
+        visits["cold_fresh"] = self.fresh(tbhub)
         stop_board(self.hub)
-        seconds["cold_returning"] = tbhub(self.returning["tbhub"])
-        return [Sample(kind, index, seconds[kind]) for kind in KINDS]
+        visits["cold_returning"] = tbhub(self.returning["tbhub"])
+        return [Sample(kind, index, v.seconds, round(v.wait_s, 3), round(v.page_s, 3),
+                       v.breakdown) for kind, v in ((k, visits[k]) for k in KINDS)]  # fmt: skip
 
     def close(self) -> None:
         for context in self.returning.values():
             context.close()
 
 
-def run(repeats: int, warmup: int) -> list[Sample]:
+def run(repeats: int, warmup: int, *, breakdown: bool, returning: str
+        ) -> tuple[list[Sample], list[Sample]]:  # fmt: skip
+    """The measured samples, and those of the traced round (with --breakdown)."""
     with temp_dir("tbhub-bench-first-chart.") as work:
         storage, names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
         bare_logdir = work / "bare"
@@ -184,10 +251,15 @@ def run(repeats: int, warmup: int) -> list[Sample]:
                 cookie = hub.sign_in()
                 hub.wait_for_board(cookie, "data/runs")
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                visits = Visits(browser, hub, cookie, f"http://{HOST}:{port}/")
+                profiles = work / "profiles" if returning == "profile" else None
+                visits = Visits(playwright, browser, hub, cookie, f"http://{HOST}:{port}/",
+                                profiles)  # fmt: skip
                 try:
-                    return measure_rounds(repeats, max(warmup, 1), lambda i, _l: visits.round(i),
-                                          lambda s: f"{s.kind} {s.seconds:.2f}s")  # fmt: skip
+                    samples = measure_rounds(repeats, max(warmup, 1),
+                                             lambda i, _l: visits.round(i),
+                                             lambda s: f"{s.kind} {s.seconds:.2f}s")  # fmt: skip
+                    traced_round = visits.round(0, trace=True) if breakdown else []
+                    return samples, traced_round
                 finally:
                     visits.close()
                     browser.close()
@@ -195,10 +267,27 @@ def run(repeats: int, warmup: int) -> list[Sample]:
             bare.stop()
 
 
+BREAKDOWN_FIELDS = ("html_ms", "script_ms", "script_bytes", "first_data_ms", "chart_ms",
+                    "compile_ms", "evaluate_ms", "scripting_ms", "style_layout_ms",
+                    "code_cache_consumed", "cached", "requests")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = arguments(__doc__, runs=5, warmup=1).parse_args(argv)
-    samples = run(args.runs, args.warmup)
+    parser = arguments(__doc__, runs=5, warmup=1)
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="one more round under Chromium's tracing: where the time goes",
+    )
+    parser.add_argument("--returning", choices=("profile", "incognito"), default="profile",
+                        help="returning visits in a profile on disk (V8's code cache) or an "
+                        "incognito context (none)")  # fmt: skip
+    args = parser.parse_args(argv)
+    samples, traced_round = run(args.runs, args.warmup, breakdown=args.breakdown,
+                                returning=args.returning)  # fmt: skip
     median_s = medians(samples, KINDS, lambda s: s.seconds)
+    wait_s = medians(samples, KINDS, lambda s: s.wait_s)
+    page_s = medians(samples, KINDS, lambda s: s.page_s)
     ratios = {f"{a}/{b}": round(median_s[a] / median_s[b], 2) for a, b, _ in TARGETS}
     met = {f"{a}/{b}": median_s[a] / median_s[b] <= target for a, b, target in TARGETS}
     summary = (
@@ -209,14 +298,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{name} {ratio}x (target <= {target}x: {'met' if met[name] else 'MISSED'})"
             for (name, ratio), (_, _, target) in zip(ratios.items(), TARGETS, strict=True)
         )
+        + "; split wait+page: "
+        + ", ".join(f"{kind} {wait_s[kind]:.2f}+{page_s[kind]:.2f}s" for kind in KINDS)
+        + f" (returning: {args.returning})"
     )
+    breakdown = {s.kind: s.breakdown for s in traced_round}
     if args.json:
         emit_report("first_chart", data=DATA, samples=samples, median_s=median_s, n=args.runs,
-                    ratios=ratios, met=met, summary=summary)  # fmt: skip
+                    wait_s=wait_s, page_s=page_s, ratios=ratios, met=met, summary=summary,
+                    returning=args.returning, breakdown=breakdown)  # fmt: skip
         return 0
     for index in range(1, args.runs + 1):
         row = {s.kind: s.seconds for s in samples if s.index == index}
         print(f"{index:>4} " + " ".join(f"{kind} {row[kind]:.2f}s" for kind in KINDS))
+    for kind, values in breakdown.items():
+        print(f"{kind:>15} " + " ".join(f"{name}={values.get(name)}" for name in BREAKDOWN_FIELDS))
     print(summary)
     return 0
 

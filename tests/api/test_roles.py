@@ -38,6 +38,7 @@ MATRIX: dict[str, list[int]] = {
     "board settings":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 404],
     "restart board":   [401, 404, 403, 403, 202, 202, 403, 403, 403, 403, 404],
     "board page":      [401, 404, 200, 200, 200, 200, 401, 401, 401, 401, 401],
+    "follow board":    [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "toggle plugin":   [401, 404, 403, 403, 303, 303, 401, 401, 401, 401, 401],
     "share link":      [401, 404, 403, 403, 201, 201, 403, 403, 403, 403, 404],
     "project tokens":  [401, 404, 403, 403, 200, 200, 403, 403, 403, 403, 403],
@@ -140,6 +141,7 @@ ACTIONS: dict[str, Action] = {
     ),
     "restart board": lambda t, h: t.client.post("/api/v1/projects/vision/board/restart", headers=h),
     "board page": lambda t, h: t.client.get("/projects/vision/board", headers=h),
+    "follow board": lambda t, h: t.client.get("/api/v1/boards/vision/state", headers=h),
     "toggle plugin": lambda t, h: t.client.post(
         "/projects/vision/board/plugins",
         data={"plugin": "projector", "state": "off", "csrf_token": h.get("X-CSRF-Token", "")},

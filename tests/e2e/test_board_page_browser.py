@@ -1,6 +1,6 @@
 """A board page in a real Chromium (Debian's, driven by Playwright): the starting page shows
-TensorBoard the moment the board is ready, and a board page loads without a 404 or a console
-error."""
+TensorBoard the moment the board is ready, by a long-poll on the board's state, and a board
+page loads without a 404 or a console error."""
 
 from __future__ import annotations
 
@@ -65,6 +65,14 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_boar
     bar_asked_on: list[int] = []
     page.on("request", lambda request: bar_asked_on.append(len(documents))
             if request.url.endswith("/api/v1/boards/vision/bar") else None)  # fmt: skip
+    # What the starting page asked while it waited: the long-poll on the board's state, and
+    # no poll of the board itself on a timer.
+    follows: list[str] = []
+    polls: list[str] = []
+    page.on("request", lambda request: follows.append(request.url) if documents == ["waiting"]
+            and "/api/v1/boards/vision/state" in request.url else None)  # fmt: skip
+    page.on("request", lambda request: polls.append(request.url) if documents == ["waiting"]
+            and request.url.endswith("/boards/vision/data/runs") else None)  # fmt: skip
 
     def on_response(response: Response) -> None:
         if response.request.is_navigation_request() and response.url == board_url:
@@ -77,14 +85,24 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_boar
     shown_at = page.evaluate("performance.timeOrigin") / 1000  # when the board's load began
     ready = board_row(slow_server)
     assert ready.observed_at is not None and ready.upstream is not None
-    # The page loaded once and went to the board by its own poll, once the board answered:
-    # not by a fixed reload, which loaded it again every 2 s and came up to 2 s late.
+    # The page loaded once and went to the board when its long-poll answered "ready": not by
+    # a fixed reload, which loaded it again every 2 s and came up to 2 s late.
     assert documents == ["waiting", "board"], documents
     late = shown_at - ready.observed_at.timestamp()
     assert late < 1.0, f"the board was shown {late:.2f} s after it was ready"
+    # One long-poll answered when the board became ready (it waits up to 25 s; the board
+    # took about 3), and the board's runs were never polled.
+    assert [url.split("?", 1)[1] for url in follows] == ["since=board_starting&wait=25"]
+    assert polls == []
     page.wait_for_selector("text=run-01", timeout=30_000)
     page.wait_for_selector("#tbhub-bar", timeout=30_000)
     assert bar_asked_on == [2], f"the bar asked for its data on documents {bar_asked_on}"
+    # The starting page prefetched TensorBoard's big script (the control plane answered it
+    # while the board started): the board's page took it from the cache.
+    from_cache = page.evaluate("""performance.getEntriesByType("resource")
+        .filter((e) => new URL(e.name).pathname.endsWith("/index.js"))
+        .map((e) => e.transferSize)""")
+    assert from_cache == [0], f"index.js transferred {from_cache} bytes"
 
 
 def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(

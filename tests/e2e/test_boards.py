@@ -42,6 +42,20 @@ def wait_for_board(client: httpx.Client, project: str) -> httpx.Response:
     return wait_until(ready, timeout=60, what=f"board {project} to list runs")  # type: ignore[return-value]
 
 
+def alice_on_her_board(
+    make_server: Callable[..., TbhubServer], *, runs: int, steps: int
+) -> httpx.Client:
+    """A server with alice's project vision (`runs` x `steps`, one tag), its board up, and
+    alice signed in."""
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    write_project(server.add_project("vision", owner="alice"), runs=runs, steps=steps, tags=1)
+    server.start()
+    alice = server.sign_in("alice", "alice-password")
+    wait_for_board(alice, "vision")
+    return alice
+
+
 def assert_exact_scalars(client: httpx.Client, project: str, *, steps: int) -> None:
     """run-01's metric/1 through the board: every step, each value as the writer wrote it."""
     scalars = client.get(

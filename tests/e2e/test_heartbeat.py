@@ -7,16 +7,11 @@ from collections.abc import Callable
 
 from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, board_processes, wait_until
-from tests.e2e.test_boards import wait_for_board
+from tests.e2e.test_boards import alice_on_her_board, wait_for_board
 
 
 def test_board_page_carries_the_heartbeat_script(make_server: Callable[..., TbhubServer]) -> None:
-    server = make_server()
-    server.add_user("alice", "alice-password")
-    write_project(server.add_project("vision", owner="alice"), runs=1, steps=5, tags=1)
-    server.start()
-    alice = server.sign_in("alice", "alice-password")
-    wait_for_board(alice, "vision")
+    alice = alice_on_her_board(make_server, runs=1, steps=5)
     index = alice.get("/boards/vision/", headers={"Accept": "text/html"})
     assert index.status_code == 200 and "<tb-webapp>" in index.text
     tag = '<script src="/static/heartbeat.js" data-project="vision" defer></script></body>'

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
 
 from tbhub.api.board_listing import filtered_listing
-from tbhub.api.board_waiting import not_serving_answer
+from tbhub.api.board_waiting import not_serving_answer, stamped_answer
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
@@ -203,7 +203,7 @@ def _judge_session(
     return Verdict.allowed, access.project_id, _only_views(access)
 
 
-def _board_for(context: AppContext, board: BoardRef) -> BoardView | None:
+def board_for(context: AppContext, board: BoardRef) -> BoardView | None:
     """Note the access; if the board is not serving, ask for it and wake the supervisor."""
     context.tracker.touch(board)
     view = context.boards.get(board)
@@ -240,7 +240,7 @@ def auth_board(request: Request, context: ContextDep) -> Response:
         # says which dashboard is restricted. A 403 is never cached.
         return Response(status_code=403)
     assert board is not None
-    view = _board_for(context, board)
+    view = board_for(context, board)
     if view is not None and view.serving:
         cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
         # The plugins listing without the restricted tabs comes from the control plane.
@@ -310,10 +310,10 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
             f"from viewers or share links); ask an owner or editor of {project} to show it, "
             "or to lift the restriction in the board settings"
         )
-    view = _board_for(context, board)
+    view = board_for(context, board)
     if denied and is_listing(rest) and view is not None and view.serving:
         return filtered_listing(view, f"/boards/{project}{rest}", denied)
-    return not_serving_answer(request, project, view, html=html)
+    return stamped_answer(request, rest) or not_serving_answer(request, project, view, html=html)
 
 
 def board_rest(request: Request, project: str) -> str:

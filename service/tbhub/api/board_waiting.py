@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from tbhub.domain.boards import BoardView
 from tbhub.http.templating import render
+from tbhub.supervisor.board_assets import IMMUTABLE, stamped_file, stamped_files
 
 RETRY_AFTER_SECONDS = 2
 # With no room for a board, asking again every 2 s would only load the control plane.
@@ -49,6 +50,34 @@ def not_serving(project: str, view: BoardView | None) -> NotServing:
                       f"the board of {project!r} is starting{again}", last)  # fmt: skip
 
 
+# What a board's readers are told of it: serving, or why not (NotServing.code).
+BOARD_STATES = ("ready", "board_starting", "board_failed", "no_capacity")
+
+
+def board_state(project: str, view: BoardView | None) -> tuple[str, str | None]:
+    """The board's state as one of BOARD_STATES, and the reason it does not serve."""
+    if view is not None and view.serving:
+        return "ready", None
+    answer = not_serving(project, view)
+    return answer.code, answer.reason
+
+
+def stamped_answer(request: Request, rest: str) -> Response | None:
+    """One of TensorBoard's version-stamped scripts (`rest`: the path after /boards/<p>/),
+    answered as the board would while it does not serve: the starting page prefetches them
+    so that TensorBoard's page finds them in the cache. None for anything else."""
+    found = stamped_file(rest.lstrip("/")) if request.method in ("GET", "HEAD") else None
+    if found is None:
+        return None
+    headers = {"ETag": found.etag, "Cache-Control": IMMUTABLE}
+    if request.headers.get("if-none-match") == found.etag:
+        return Response(status_code=304, headers=headers)
+    if "gzip" not in request.headers.get("accept-encoding", ""):
+        return None  # the board inflates it; it will serve soon
+    headers["Content-Encoding"] = "gzip"
+    return Response(found.gzipped, media_type=found.content_type, headers=headers)
+
+
 def not_serving_answer(
     request: Request, project: str, view: BoardView | None, *, html: bool
 ) -> Response:
@@ -56,7 +85,7 @@ def not_serving_answer(
     headers = {"Cache-Control": "no-store", "Retry-After": str(answer.retry)}
     if html:
         values = {"project": project, "state": answer.code, "reason": answer.reason,
-                  "retry": answer.retry}  # fmt: skip
+                  "retry": answer.retry, "prefetch": stamped_files()}  # fmt: skip
         page = render(request, answer.template, values, status_code=answer.status)
         page.headers.update(headers)
         return page

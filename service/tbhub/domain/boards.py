@@ -161,20 +161,23 @@ class BoardDirectory:
         self._views = views
         self._loaded_at = self._clock()
 
+    def invalidate(self) -> None:
+        """Read every board again on the next get(): the supervisor has just written a change."""
+        with self._lock:
+            self._loaded_at = float("-inf")
+
     def want_running(self, board: BoardRef) -> bool:
         """Record that someone waits for this board. True if that changed the desired state."""
         view = self.get(board)
         if view is not None and view.desired == DesiredState.running:
             # Someone waits: read the board again on the next request, so that the switch
             # to a ready board is not held back by the snapshot's age.
-            with self._lock:
-                self._loaded_at = float("-inf")
+            self.invalidate()
             return False
         with transaction(self._factory) as session:
             row = board_row(session, board)
             changed = row is not None and want_board(row, now=datetime.now(UTC))
-        with self._lock:
-            self._loaded_at = float("-inf")
+        self.invalidate()
         return changed
 
 

@@ -34,6 +34,7 @@ from tbhub.core.db import transaction
 from tbhub.core.errors import NotAuthenticated
 from tbhub.core.models import User
 from tbhub.core.settings import Settings
+from tbhub.domain.board_changes import BoardChanges
 from tbhub.domain.boards import AccessTracker, BoardDirectory, BoardRef
 from tbhub.http import proxy_hop
 from tbhub.http.csrf import CsrfTokens, require_header_token
@@ -63,6 +64,8 @@ class AppContext:
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
     board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
+    # The supervisor's wake-ups for starting pages that wait on a board (api/board_state.py).
+    board_changes: BoardChanges = field(default_factory=BoardChanges)
     sessions: LiveSessions = field(init=False)  # which sessions are live, for the auth hook
     restrictions: RestrictionCache = field(init=False)  # dashboards restricted per project
 

@@ -18,6 +18,7 @@ from tbhub.api import (
     audit,
     board_bar,
     board_gate,
+    board_state,
     boards,
     channels,
     compare,
@@ -174,6 +175,7 @@ def create_app(
     app.include_router(pip.router)
     app.include_router(board_gate.router)
     app.include_router(board_bar.router)
+    app.include_router(board_state.router)
     app.include_router(retention.router)
     app.include_router(audit.router)
     app.include_router(admin.router)

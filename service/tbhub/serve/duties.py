@@ -66,6 +66,13 @@ def start_watcher(
     return watcher
 
 
+def board_observed(context: AppContext) -> None:
+    """The supervisor wrote a change: the gate reads the boards again, and starting pages
+    waiting on one answer now (api/board_state.py)."""
+    context.boards.invalidate()
+    context.board_changes.notify()
+
+
 def start_monitor(settings: Settings, context: AppContext) -> HealthMonitor | None:
     """The run-health monitor, fed by the watcher; None when turned off (or with no
     watcher to tell it what changed)."""
@@ -128,6 +135,7 @@ class LeaderDuties:
             probe_timeout=settings.board_probe_timeout,
             metrics=context.board_metrics,
             may_act=self.may_act,
+            on_observed=lambda: board_observed(context),
         )
         self._supervisor.start()
         self._jobs = start_jobs(settings, context.factory)

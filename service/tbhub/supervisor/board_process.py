@@ -29,7 +29,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the board image holds this module alone of tbhub (board_image.py)
+from tbhub.supervisor.board_assets import BoardAssets, installed_assets
+
+if TYPE_CHECKING:  # the board image holds this module and board_assets alone of tbhub
     from tbhub.supervisor.model import BoardSpec
 
 # Plugins a board loads only when its project opts in, and why each is off.
@@ -400,7 +402,7 @@ def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = N
 
     if middleware is not None:
         wsgi_app = middleware(wsgi_app)
-    wsgi_app = _Counted(wsgi_app)
+    wsgi_app = _Counted(BoardAssets(wsgi_app, flags.path_prefix or "", installed_assets()))
 
     class BoardServer(program.TensorBoardServer):
         def __init__(self) -> None:

@@ -41,6 +41,7 @@ from tbhub.supervisor.plan import (
     Forget,
     Health,
     Instance,
+    Observed,
     Plan,
     Policy,
     Start,
@@ -100,9 +101,12 @@ class Supervisor:
         metrics: SupervisorMetrics | None = None,
         clock: Callable[[], float] = time.time,
         may_act: Callable[[], bool] = lambda: True,
+        on_observed: Callable[[], None] = lambda: None,
     ) -> None:
         """`may_act` is asked before a pass changes anything (boards or the database): a
-        replica that may have lost the leader's lock answers False (replica.py)."""
+        replica that may have lost the leader's lock answers False (replica.py).
+        `on_observed` is called once a pass has written a change to what it observed (a
+        board ready, failed, stopped...): the starting pages waiting on it answer at once."""
         self.factory = factory
         self.backend = backend
         self.tracker = tracker
@@ -115,6 +119,8 @@ class Supervisor:
         self.metrics = metrics or SupervisorMetrics()
         self.clock = clock
         self.may_act = may_act
+        self.on_observed = on_observed
+        self._observed: dict[str, Observed] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -212,6 +218,9 @@ class Supervisor:
                 now=datetime.fromtimestamp(self.clock(), UTC),
                 settled=read.settled,
             )
+        if result.observed != self._observed:
+            self._observed = dict(result.observed)
+            self.on_observed()
         if full:
             self._remove_stopped_views(desired, actual)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - began)

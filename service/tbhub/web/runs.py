@@ -29,6 +29,7 @@ from tbhub.housekeeping import retention
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.run_files import RunFile, list_run_files
 from tbhub.storage.scalars import pick_curve
+from tbhub.supervisor.board_assets import stamped_files
 from tbhub.supervisor.plan import board_prefix
 from tbhub.web.health import run_badges, run_timeline
 from tbhub.web.pages import safe_next
@@ -161,12 +162,13 @@ def project_page(
     stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
     run_ids = [run.id for run in runs]
     live = f"/api/v1/projects/{quote(project)}/state?" + urlencode([("run", i) for i in run_ids])
+    board = _board(session, access)
     values = {
         "project": project,
         "role": access.role,
         "is_owner": access.role == Role.owner,
         "can_edit": access.role.rank >= Role.editor.rank,
-        "board": _board(session, access),
+        "board": board,
         "runs": [
             (run, run_state(run, now=now, stalled_after=stalled_after), run.path in pinned)
             for run in runs
@@ -184,7 +186,17 @@ def project_page(
         "live_url": live,
         "back": table.link(page=table.page),
     }
+    values["prefetch"] = board_prefetch(context, project, board["state"])
     return page(request, "project.html", values, user=user)
+
+
+def board_prefetch(context: AppContext, project: str, state: str) -> list[str]:
+    """TensorBoard's stamped scripts on this board's path, for the project page to prefetch
+    while the board serves (never for a stopped one: asking would start it). Not in
+    own-origin mode: the board is another site there, with a cache of its own."""
+    if state != "live" or context.board_origins is not None:
+        return []
+    return [f"/boards/{quote(project)}/{src}" for src in stamped_files()]
 
 
 @router.get("/projects/{project}/runs/{run_id}")

@@ -1,0 +1,131 @@
+"""supervisor/board_assets.py's reading of a TensorBoard zip: one ETag per file (the index
+page aside) from the version and the file's CRC, the index page's script as a preload, and
+the stamped scripts the project page prefetches while its board serves and the starting page
+while it starts (answered by the control plane then, and nothing else)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from tbhub.core.models import ObservedState
+from tbhub.core.settings import Settings
+from tbhub.supervisor.board_assets import (
+    IMMUTABLE,
+    installed_assets,
+    read_assets,
+    stamped_files,
+    stamped_in,
+)
+from tests.test_api import seed, sign_in
+from tests.test_board_state import observe
+
+INDEX = b'<html><head><style>a{}</style></head><body><tb-webapp></tb-webapp>' \
+        b'<script src="index.js?_file_hash=528dec0c"></script></body></html>'  # fmt: skip
+
+
+def webfiles_zip() -> str:
+    from tensorboard import assets
+
+    with assets.get_default_assets_zip_provider()() as zip_file:
+        return str(zip_file.name)
+
+
+def webfiles(tmp_path: Path, files: dict[str, bytes]) -> Path:
+    path = tmp_path / "webfiles.zip"
+    with zipfile.ZipFile(path, "w") as zip_:
+        for name, content in files.items():
+            zip_.writestr(name, content)
+    return path
+
+
+def test_each_file_but_the_index_has_an_etag_of_the_version_and_its_content(
+    tmp_path: Path,
+) -> None:
+    files = {"index.html": INDEX, "index.js": b"x" * 10, "font-roboto/a.woff2": b"y"}
+    assets = read_assets(webfiles(tmp_path, files), "2.21.0")
+    assert sorted(assets.etags) == ["font-roboto/a.woff2", "index.js"]
+    assert assets.etags["index.js"].startswith('"tb-2.21.0-') and assets.etags["index.js"].endswith(
+        '-10"'
+    )
+    changed = read_assets(webfiles(tmp_path, {**files, "index.js": b"z" * 10}), "2.21.0")
+    assert changed.etags["index.js"] != assets.etags["index.js"]
+    upgraded = read_assets(webfiles(tmp_path, files), "2.22.0")
+    assert upgraded.etags["font-roboto/a.woff2"] != assets.etags["font-roboto/a.woff2"]
+
+
+def test_the_index_pages_stamped_script_becomes_a_preload(tmp_path: Path) -> None:
+    assets = read_assets(webfiles(tmp_path, {"index.html": INDEX}), "2.21.0")
+    assert assets.preload == "<index.js?_file_hash=528dec0c>; rel=preload; as=script"
+    bare = read_assets(webfiles(tmp_path, {"index.html": b"<html></html>"}), "2.21.0")
+    assert bare.preload is None
+
+
+def test_the_stamped_scripts_are_the_index_pages_and_those_it_loads(tmp_path: Path) -> None:
+    files = {"index.html": INDEX, "index.js": b'new Worker("chart_worker.js?_file_hash=60042af3")'}
+    assert stamped_in(webfiles(tmp_path, files)) == (
+        "index.js?_file_hash=528dec0c",
+        "chart_worker.js?_file_hash=60042af3",
+    )
+
+
+def test_the_project_page_prefetches_them_only_while_the_board_serves(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    assert 'rel="prefetch"' not in client.get("/projects/vision").text  # stopped: not started
+    observe(factory, ObservedState.ready, upstream="127.0.0.1:9")
+    page = client.get("/projects/vision").text
+    for src in stamped_files():
+        assert f'<link rel="prefetch" href="/boards/vision/{src}">' in page
+
+
+def stamped_script() -> str:
+    return next(src for src in stamped_files() if src.startswith("index.js?"))
+
+
+def test_while_the_board_starts_the_control_plane_answers_its_stamped_scripts(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    page = client.get("/boards/vision/", headers={"Accept": "text/html"})
+    assert 'data-tbhub="board-starting"' in page.text
+    url = f"/boards/vision/{stamped_script()}"
+    assert f'<link rel="prefetch" href="{url}">' in page.text
+    script = client.get(url, headers={"Accept-Encoding": "gzip"})
+    assert script.status_code == 200
+    assert script.headers["content-encoding"] == "gzip"
+    assert script.headers["cache-control"] == IMMUTABLE
+    assert script.headers["etag"] == installed_assets().etags["index.js"]  # as the board's
+    with zipfile.ZipFile(webfiles_zip()) as zip_:
+        assert script.content == zip_.read("index.js")  # inflated by the client
+    again = client.get(url, headers={"If-None-Match": script.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+
+
+@pytest.mark.parametrize("path", ["index.js", "index.js?_file_hash=00000000",
+                                  "icon_bundle.svg", "data/runs"])  # fmt: skip
+def test_nothing_else_is_answered_for_a_board_that_does_not_serve(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings, path: str
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    response = client.get(f"/boards/vision/{path}", headers={"Accept": "application/json"})
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "board_starting"
+
+
+def test_no_stamped_script_without_read_access(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    url = f"/boards/vision/{stamped_script()}"
+    assert client.get(url, headers={"Accept": "application/json"}).status_code == 401
+    assert sign_in(client, "eve") == 303
+    assert client.get(url, headers={"Accept": "application/json"}).status_code == 404
