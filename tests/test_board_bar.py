@@ -69,6 +69,7 @@ def test_a_member_is_told_who_they_are_where_tbhub_is_and_where_runs_go(
             for name, why in sorted(OFF_BY_DEFAULT_PLUGINS.items())
         ],
         "plugin_errors": [],  # the board's status names no plugin that failed to load
+        "whole_project": None,  # a project board is the whole project
     }
     # A registered run without files is not yet something a board shows; one with files is.
     add_run(factory, settings, files=0)

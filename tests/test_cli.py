@@ -210,6 +210,7 @@ EMPTY_LISTS = {
     ("admin", "replicas"): "no `tbhub serve` is running on this database; start one",
     ("runs", "list"): "",  # over the API: tests/e2e/test_training_jobs.py
     ("projects", "list"): "",  # over the API: tests/e2e/test_training_jobs.py
+    ("views", "list"): "",  # over the API: tests/e2e/test_views.py
     ("alerts", "list"): "",  # over the API: tests/health/test_incidents_api.py
     ("admin", "share", "list"): "",  # needs a project: below
 }

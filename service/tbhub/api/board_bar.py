@@ -30,10 +30,12 @@ from tbhub.core.models import (
     RetentionState,
     Role,
     Run,
+    SavedView,
     User,
 )
 from tbhub.core.settings import Settings
 from tbhub.domain.boards import BoardRef
+from tbhub.domain.views import view_run_ids
 from tbhub.http.csrf import binding_of
 from tbhub.http.deps import ContextDep, ProjectInPath, SessionDep
 from tbhub.storage.paths import project_path
@@ -93,7 +95,10 @@ def runs_with_files(session: Session, board: BoardRef) -> int:
         .select_from(Run)
         .where(Run.retention_state == RetentionState.present, Run.files > 0)
     )
-    if board.kind == "compare":
+    view = saved_view_of(session, board)
+    if view is not None:
+        query = query.where(Run.id.in_(view_run_ids(session, view)))
+    elif board.kind == "compare":
         query = query.join(CompareRun, CompareRun.run_id == Run.id).where(
             CompareRun.compare_id == board.id
         )
@@ -102,14 +107,30 @@ def runs_with_files(session: Session, board: BoardRef) -> int:
     return session.scalar(query) or 0
 
 
+def saved_view_of(session: Session, board: BoardRef) -> SavedView | None:
+    """The saved view whose board this is (domain/views.py), if it is one."""
+    if board.kind != "compare":
+        return None
+    return session.scalar(select(SavedView).where(SavedView.compare_id == board.id))
+
+
+def page_of(project: str, compare: CompareBoard | None, view: SavedView | None) -> str:
+    """The board's page in tbhub: a view's own page, the compare boards, the project's."""
+    if view is not None:
+        return f"/projects/{view.project.name}/views/{view.id}"
+    return "/compare" if compare is not None else f"/projects/{project}"
+
+
 @router.get("/{project}/bar")
 def board_bar(
     request: Request, project: ProjectInPath, context: ContextDep, session: SessionDep
 ) -> dict[str, Any]:
     """For the board page's bar: `user` (the signed-in member; null for a token, then
-    `shared`), `kind` (project or compare) and `title` (the project's name, or the compare
-    board's name, else its slug), `home` (tbhub's own address), `page` (for members: the
-    path of the board's page in tbhub, the project's runs or the compare boards),
+    `shared`), `kind` (project, compare or view: a saved view's board) and `title` (the
+    project's name, or the compare board's or view's name, else its slug), `home` (tbhub's
+    own address), `page` (for members: the path of the board's page in tbhub: the project's
+    runs, the compare boards or the view's page), `whole_project` (a view's board: the board
+    of its whole project),
     `csrf_token` (to sign out from the board page, on tbhub's origin only), `runs` (runs with
     files) and, for members, `logdir`, `run_command`, `plugins_off` (the plugins this board
     leaves out, each with `why`, `how` to turn it on and, for owners, `toggle`: the page that
@@ -134,14 +155,16 @@ def board_bar(
         and effective_role(Caller.of_user(user), context.access.lookup(user.id, project))
         is Role.owner
     )
+    view = saved_view_of(session, board)
     return {
         "project": project,
-        "kind": board.kind,
+        "kind": "view" if view is not None else board.kind,
         "title": (compare.name or project) if compare is not None else project,
         "user": user.name if user is not None else None,
         "shared": user is None,
         "home": context.settings.public_url.rstrip("/"),
-        "page": None if user is None else "/compare" if compare else f"/projects/{project}",
+        "page": None if user is None else page_of(project, compare, view),
+        "whole_project": f"/boards/{view.project.name}/" if view is not None else None,
         "csrf_token": context.csrf.token(binding) if binding else None,
         "runs": runs_with_files(session, board),
         "logdir": str(project_path(context.settings.storage, project)) if writer else None,

@@ -66,6 +66,15 @@ class CompareBoardState(BaseModel):
     last_access_at: Timestamp | None
     error: str | None
 
+    @classmethod
+    def of(cls, board: CompareBoard) -> CompareBoardState:
+        return cls(
+            desired_state=board.desired_state,
+            observed_state=board.observed_state,
+            last_access_at=board.last_access_at,
+            error=board.last_error if board.observed_state == "failed" else None,
+        )
+
 
 class CompareOut(BaseModel):
     slug: str
@@ -105,12 +114,7 @@ class CompareOut(BaseModel):
             readable=visible,
             run_count=len(runs),
             runs=runs if visible else [],
-            board=CompareBoardState(
-                desired_state=board.desired_state,
-                observed_state=board.observed_state,
-                last_access_at=board.last_access_at,
-                error=board.last_error if board.observed_state == "failed" else None,
-            ),
+            board=CompareBoardState.of(board),
             created_at=board.created_at,
             updated_at=board.updated_at,
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -26,10 +25,10 @@ from tbhub.core.bounds import (
     Tag,
 )
 from tbhub.core.db import transaction
-from tbhub.core.errors import AlreadyExists, InvalidInput
+from tbhub.core.errors import AlreadyExists
 from tbhub.core.models import RetentionState, Role, Run, RunStatus
 from tbhub.core.settings import Settings
-from tbhub.core.timestamps import Timestamp
+from tbhub.core.timestamps import Timestamp, parse_moment
 from tbhub.domain.hparams_sync import sync_hparams_file
 from tbhub.domain.runs import (
     RunFields,
@@ -48,19 +47,6 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
 
 RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 WHEN = "Registered {}: ISO 8601 with a time zone, e.g. 2026-01-31T12:00Z"
-
-
-def parse_moment(field: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise InvalidInput(f"{field}: {value!r} is not an ISO 8601 time with a time zone, "
-                           "e.g. 2026-01-31T12:00Z")  # fmt: skip
-    return moment
 
 
 class RunCreate(BaseModel):

@@ -32,7 +32,8 @@ MODULES = (
     "__init__.py", "core/__init__.py", "core/errors.py", "core/upload_protocol.py",
     "core/timestamps.py", "core/values.py", "storage/__init__.py", "storage/tfrecord.py",
     "client/*.py", "cli/__init__.py", "cli/common.py", "cli/runs.py",
-    "cli/user.py", "cli/upload.py", "cli/projects.py", "cli/compare.py", "cli/job.py",
+    "cli/user.py", "cli/upload.py", "cli/projects.py", "cli/compare.py", "cli/views.py",
+    "cli/job.py",
 )  # fmt: skip
 REQUIRES = ("httpx", "typer", "rich", "pydantic")
 SKIPPED_METADATA = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}

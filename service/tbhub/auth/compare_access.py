@@ -4,7 +4,8 @@ Runs have no access rules of their own: reading a run is reading its project. So
 compare board takes read access to each project its runs come from, checked for every
 uncached board request like a project board's (the AccessCache's 10 s). A user who loses
 any one of those projects can no longer open the board within that time. Share links are
-for one project's board and never open a compare board.
+for one project's board and never open a compare board. A saved view's board
+(domain/views.py) shows runs of one project and takes read access to that project.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.ttl_cache import TtlCache
-from tbhub.core.models import CompareBoard, CompareRun, Project, Run
+from tbhub.core.models import CompareBoard, CompareRun, Project, Run, SavedView
 from tbhub.core.names import is_compare_slug
 
 
@@ -42,7 +43,13 @@ def load_entry(session: Session, slug: str) -> CompareEntry | None:
         .join(CompareRun, CompareRun.run_id == Run.id)
         .where(CompareRun.compare_id == board.id)
     ).all()
-    return CompareEntry(board.id, board.owner_id, frozenset(projects))
+    # A saved view's board reads its project, whatever runs it shows now (none at all too).
+    view_project = session.scalars(
+        select(Project.name)
+        .join(SavedView, SavedView.project_id == Project.id)
+        .where(SavedView.compare_id == board.id)
+    ).all()
+    return CompareEntry(board.id, board.owner_id, frozenset([*projects, *view_project]))
 
 
 class CompareCache:

@@ -1,7 +1,7 @@
-"""The commands a training job needs (login, run, upload, runs, projects, compare), and the
-one way `tbhub` runs a Typer app. They import nothing of the server, so the tbhub-client
-package (client_dist.py: `pip install` from tbhub's /pip/) runs them as its `tbhub`; the
-full CLI (cli/main.py) adds the same commands to its own."""
+"""The commands a training job needs (login, run, upload, runs, projects, compare, views),
+and the one way `tbhub` runs a Typer app. They import nothing of the server, so the
+tbhub-client package (client_dist.py: `pip install` from tbhub's /pip/) runs them as its
+`tbhub`; the full CLI (cli/main.py) adds the same commands to its own."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ from tbhub.cli import projects as projects_cli
 from tbhub.cli import runs as runs_cli
 from tbhub.cli import upload as upload_cli
 from tbhub.cli import user as user_cli
+from tbhub.cli import views as views_cli
 from tbhub.cli.common import emit_line, handle_errors, out_console, print_error
 
 
 def add_job_commands(app: typer.Typer) -> None:
     app.add_typer(runs_cli.app, name="runs")
     app.add_typer(projects_cli.app, name="projects")
+    app.add_typer(views_cli.app, name="views")
     app.command("login")(handle_errors(user_cli.login))
     app.command("upload")(handle_errors(upload_cli.upload))
     app.command("compare")(handle_errors(compare_cli.compare))

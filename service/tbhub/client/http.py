@@ -131,3 +131,20 @@ class Client:
         """A compare board over runs (`PROJECT/RUN_ID`) of any projects the token reads."""
         body: dict[str, Any] = {"runs": runs, **({"name": name} if name is not None else {})}
         return self.json("POST", "/api/v1/compare", json=body)
+
+    def list_views(self, project: str) -> list[dict[str, Any]]:
+        """The project's saved views this token (or login) may use."""
+        views: list[dict[str, Any]] = self.json("GET", f"/api/v1/projects/{project}/views")
+        return views
+
+    def create_view(
+        self, project: str, name: str, *, shared: bool = False, filter: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A saved view: a board over the runs `filter` matches (status, tag, group, q,
+        since, until, params); empty fields are left out."""
+        flt = {k: v for k, v in filter.items() if v not in (None, [], "")}
+        body = {"name": name, "shared": shared, "filter": flt}
+        return self.json("POST", f"/api/v1/projects/{project}/views", json=body)
+
+    def delete_view(self, project: str, view_id: int) -> None:
+        self.request("DELETE", f"/api/v1/projects/{project}/views/{view_id}")

@@ -585,6 +585,37 @@ class CompareRun(Base):
     run: Mapped[Run] = relationship(lazy="joined")
 
 
+# -- saved views (issue 19) -----------------------------------------------------------------
+
+
+class SavedView(Base):
+    """A filter over a project's runs with a board of its own over exactly the runs it
+    matches (domain/views.py). The board is a compare board (`board`) whose view of hard
+    links follows the registry: the supervisor re-reads the runs the filter matches."""
+
+    __tablename__ = "saved_views"
+    __table_args__ = (UniqueConstraint("project_id", "name"), NEVER_REUSED)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"),
+                                            index=True)  # fmt: skip
+    name: Mapped[str] = mapped_column(String(64))
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    shared: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "recent" for the project's default view (recent, running and pinned runs); else null.
+    preset: Mapped[str | None] = mapped_column(String(16))
+    # The filter as domain/views.ViewFilter writes it (validated on the way in).
+    filter: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    compare_id: Mapped[int] = mapped_column(
+        ForeignKey("compare_boards.id", ondelete="CASCADE"), unique=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    project: Mapped[Project] = relationship()
+    owner: Mapped[User] = relationship()
+    board: Mapped[CompareBoard] = relationship(lazy="joined")
+
+
 # -- run health (issue 17: health/) -------------------------------------------------------------
 
 

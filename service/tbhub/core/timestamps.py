@@ -12,6 +12,8 @@ from typing import Annotated, Any, overload
 
 from pydantic import PlainSerializer, WithJsonSchema
 
+from tbhub.core.errors import InvalidInput
+
 PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 EXAMPLE = "2026-12-03T10:15:00Z"
 
@@ -48,3 +50,17 @@ Timestamp = Annotated[
         mode="serialization",
     ),
 ]
+
+
+def parse_moment(field: str, value: str | None) -> datetime | None:
+    """A filter's time (`since`, `until`): ISO 8601 with a time zone; None stays None."""
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InvalidInput(f"{field}: {value[:60]!r} is not an ISO 8601 time with a time zone, "
+                           "e.g. 2026-01-31T12:00Z")  # fmt: skip
+    return moment

@@ -24,7 +24,15 @@ from sqlalchemy.orm import Session
 from tbhub.auth.caller import Caller, effective_role, require_project
 from tbhub.auth.permissions import AccessCache
 from tbhub.core.errors import AlreadyExists, Forbidden, InvalidInput, NotFound
-from tbhub.core.models import CompareBoard, CompareRun, RetentionState, Role, Run, TokenScope
+from tbhub.core.models import (
+    CompareBoard,
+    CompareRun,
+    RetentionState,
+    Role,
+    Run,
+    SavedView,
+    TokenScope,
+)
 from tbhub.domain import audit
 from tbhub.storage.paths import run_dir
 
@@ -166,11 +174,15 @@ def get_compare(
 
 
 def list_compares(session: Session, *, caller: Caller, limit: int = 50) -> list[CompareBoard]:
-    """The caller's own compare boards, the most recently made or renamed first."""
+    """The caller's own compare boards, the most recently made or renamed first (saved
+    views' boards are listed with their views, domain/views.py)."""
     return list(
         session.scalars(
             select(CompareBoard)
-            .where(CompareBoard.owner_id == caller.user_id)
+            .where(
+                CompareBoard.owner_id == caller.user_id,
+                CompareBoard.id.not_in(select(SavedView.compare_id)),
+            )
             .order_by(CompareBoard.updated_at.desc(), CompareBoard.id.desc())
             .limit(limit)
         )

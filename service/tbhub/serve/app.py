@@ -38,6 +38,7 @@ from tbhub.api import (
     tokens,
     uploads,
     users,
+    views,
 )
 from tbhub.api import openapi as api_docs
 from tbhub.auth.board_origin import BoardOrigins
@@ -73,6 +74,7 @@ from tbhub.web import run_table as run_table_pages
 from tbhub.web import runs as run_pages
 from tbhub.web import share_links as share_link_pages
 from tbhub.web import tokens as token_pages
+from tbhub.web import views as view_pages
 
 log = logging.getLogger("tbhub")
 
@@ -186,6 +188,7 @@ def create_app(
     app.include_router(teams.router)
     app.include_router(boards.router)
     app.include_router(compare.router)
+    app.include_router(views.router)
     app.include_router(incidents.router)
     app.include_router(alert_rules.router)
     app.include_router(metrics.router)
@@ -208,6 +211,7 @@ def create_app(
     app.include_router(oidc.router)
     app.include_router(share.router)
     app.include_router(compare_pages.router)
+    app.include_router(view_pages.router)
     app.include_router(board_origin.router)
     app.mount("/static", StaticFiles(directory=web_static()), name="static")
     install_error_handlers(app, error_page=render.error_page)

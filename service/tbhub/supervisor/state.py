@@ -32,6 +32,7 @@ from tbhub.core.models import (
 )
 from tbhub.domain import audit
 from tbhub.domain.boards import BoardRef, cull_idle_boards, flush_access
+from tbhub.domain.views import view_runs, views_by_board
 from tbhub.storage.compare_view import COMPARE_DIR_NAME, ViewRun
 from tbhub.storage.paths import project_dir, project_path
 from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix
@@ -208,10 +209,16 @@ def _desired(
 
 
 def _view_runs(session: Session, slugs: list[str]) -> dict[str, tuple[ViewRun, ...]]:
-    """The runs each of these compare boards shows: those still present on the storage."""
+    """The runs each of these compare boards shows: those still present on the storage (a
+    saved view's: those its filter matches, domain/views.py)."""
     views: dict[str, list[ViewRun]] = {slug: [] for slug in slugs}
     if not slugs:
         return {}
+    # A saved view's board follows the registry: its runs are what its filter matches now.
+    saved = views_by_board(session, slugs)
+    for slug, view in saved.items():
+        views[slug] = [ViewRun(project, path) for project, path in view_runs(session, view)]
+    slugs = [slug for slug in slugs if slug not in saved]
     rows = session.execute(
         select(CompareBoard.slug, Project.name, Run.path)
         .join(CompareRun, CompareRun.compare_id == CompareBoard.id)

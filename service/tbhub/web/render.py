@@ -58,6 +58,7 @@ NOTICES = {
     "user_created": "User created.",
     "user_updated": "User saved.",
     "compare_deleted": "Compare board deleted; its board stops.",
+    "view_deleted": "View deleted; its board stops.",
     "incident_resolved": "Incident resolved.",
     "rule_saved": "Rule saved.",
     "channel_added": "Channel added.",

@@ -34,6 +34,7 @@ from tbhub.supervisor.plan import board_prefix
 from tbhub.web.health import run_badges, run_timeline
 from tbhub.web.pages import safe_next
 from tbhub.web.render import WebUser, caller_of, check_form_token, done, page
+from tbhub.web.views import project_views
 
 router = APIRouter(include_in_schema=False)
 
@@ -185,6 +186,7 @@ def project_page(
         "tags": tags,
         "live_url": live,
         "back": table.link(page=table.page),
+        **project_views(context, session, user, project),
     }
     values["prefetch"] = board_prefetch(context, project, board["state"])
     return page(request, "project.html", values, user=user)

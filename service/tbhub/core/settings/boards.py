@@ -43,6 +43,14 @@ class BoardSettings(BaseModel):
     idle_timeout: float = Field(
         default=900.0, gt=0, description="Seconds without a request before a board is stopped."
     )
+    default_view_over_runs: int = Field(
+        default=500,
+        ge=0,
+        le=10_000_000,
+        description="A project with more runs than this opens on its default view (its "
+        "recent, running and pinned runs) rather than a board over every run; the whole "
+        "project stays one click away. 0: always the whole project.",
+    )
     board_start_timeout: float = Field(
         default=120.0, gt=0, description="Seconds a board may take to become ready."
     )

@@ -61,7 +61,8 @@
     var parts = [el("span", { class: "tbhub-bar-brand" }, ["tbhub"])];
     if (!info.shared) parts.push(el("a", { href: info.home + "/" }, ["\u2190 Projects"]));
     // The board's name; for members, a link to its page in tbhub (the project's runs, or
-    // the compare boards). A compare board is named by its own name, not its slug.
+    // the compare boards, the view's page). A compare board or a view is named by its own
+    // name, not its slug.
     var title = el("strong", {}, [info.title || info.project]);
     var off = info.plugins_off || [];
     if (off.length) {
@@ -74,10 +75,17 @@
     parts.push(
       el("span", { class: "tbhub-bar-project" }, [
         el("span", { class: "tbhub-bar-label" },
-           [info.kind === "compare" ? "Compare " : "Project "]),
+           [{ compare: "Compare ", view: "View " }[info.kind] || "Project "]),
         info.page ? el("a", { href: info.home + info.page, "data-tbhub": "board-page" }, [title])
                   : title,
-      ]),
+      ])
+    );
+    // A saved view's board says it shows part of the project, and links the whole of it.
+    if (info.whole_project) {
+      parts.push(el("a", { href: info.home + info.whole_project, "data-tbhub": "whole-project" },
+                    ["Whole project"]));
+    }
+    parts.push(
       el("span", { class: "tbhub-bar-who" }, who)
     );
     return el("nav", { id: "tbhub-bar", "aria-label": "tbhub" }, parts);
