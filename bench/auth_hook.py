@@ -12,13 +12,18 @@ What it measures, with the board of project `bench` ready and `wrk -t2 -c64 --la
 Runs alternate (hook/session, hook/share, board/direct, board/nginx) `--runs` times after
 one short warm-up of each; reported are medians. Any non-2xx answer fails the run.
 
-    .venv/bin/python bench/auth_hook.py [--runs 5] [--duration 10] [--json]
+With `--metrics-overhead` it measures instead what /metrics costs the hook: hook/session on
+two servers side by side, one counting (the default) and one with TBHUB_METRICS_ENABLED=false,
+alternating; reported is the ratio of medians, with over without (target >= 0.98x).
+
+    .venv/bin/python bench/auth_hook.py [--runs 5] [--duration 10] [--metrics-overhead] [--json]
 
 Needs nginx and wrk on PATH; uses loopback only.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +41,7 @@ from _wrk import run_wrk
 CONNECTIONS, THREADS = 64, 2
 PATH = "data/environment"
 TARGET_RATIO = 0.95
+METRICS_TARGET_RATIO = 0.98
 
 
 @dataclass
@@ -92,10 +98,67 @@ def measure(repeats: int, duration: int) -> list[Sample]:
     return samples
 
 
+def hook_target(hub: Tbhub, work: Path) -> tuple[str, dict[str, str]]:
+    """The hook's URL and a signed-in session's headers, once the hub's board is ready."""
+    session = hub.sign_in()
+    hub.wait_for_board(session, PATH)
+    original = {"X-Tbhub-Original-Uri": f"/boards/{PROJECT}/{PATH}"}
+    headers = {**original, "Cookie": f"tbhub_session={session}"}
+    url = f"http://127.0.0.1:{hub.api_port}/_auth/board"
+    if httpx.get(url, headers=headers, timeout=10).status_code != 200:
+        raise RuntimeError(f"{url} does not answer 200")
+    wrk(url, headers, 3, work, f"{hub.root.parent.name}-warmup")
+    return url, headers
+
+
+def measure_metrics_overhead(repeats: int, duration: int) -> list[Sample]:
+    """hook/session with the metrics counting and without, on two servers, alternating."""
+    samples: list[Sample] = []
+    with temp_dir("tbhub-bench-hook-metrics.") as work:
+        hubs = {}
+        for kind, env in (("hook/metrics", {}),
+                          ("hook/no-metrics", {"TBHUB_METRICS_ENABLED": "false"})):  # fmt: skip
+            place = work / kind.replace("/", "-")
+            storage, _ = copied_logdir(place, runs=3, steps=100, tags=5)
+            hubs[kind] = Tbhub(root=place / "tbhub", storage_root=storage, extra_env=env)
+        with hubs["hook/metrics"].serving(), hubs["hook/no-metrics"].serving():
+            targets = {kind: hook_target(hub, work) for kind, hub in hubs.items()}
+            for index in range(1, repeats + 1):
+                for kind, (url, headers) in targets.items():
+                    sample = wrk(url, headers, duration, work, f"{kind}-{index}")
+                    samples.append(sample)
+                    log(f"run {index}/{repeats} {kind:15} {sample.requests_per_s:9.1f} req/s "
+                        f"p50 {sample.p50_ms:6.2f} ms p99 {sample.p99_ms:7.2f} ms")  # fmt: skip
+    return samples
+
+
+def report_metrics_overhead(args: argparse.Namespace) -> int:
+    samples = measure_metrics_overhead(args.runs, args.duration)
+    rps = {kind: median([s.requests_per_s for s in samples if s.kind == kind])
+           for kind in ("hook/metrics", "hook/no-metrics")}  # fmt: skip
+    ratio = rps["hook/metrics"] / rps["hook/no-metrics"]
+    ok = all(s.non_2xx == 0 for s in samples)
+    if args.json:
+        emit_json({"benchmark": "auth_hook_metrics", "samples": [asdict(s) for s in samples],
+                   "medians_rps": rps, "with_over_without": ratio, "n": args.runs,
+                   "target_ratio_min": METRICS_TARGET_RATIO, "all_2xx": ok})  # fmt: skip
+        return 0 if ok else 1
+    for kind, value in rps.items():
+        print(f"{kind:15} {value:9.1f} req/s (median of {args.runs})")
+    verdict = "met" if ratio >= METRICS_TARGET_RATIO else "MISSED"
+    print(f"auth hook with metrics / without: {ratio:.3f}x (target >= {METRICS_TARGET_RATIO}: "
+          f"{verdict}); all answers 2xx: {ok}")  # fmt: skip
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = arguments(__doc__, runs=5)
     parser.add_argument("--duration", type=at_least(1), default=10, help="seconds per wrk run")
+    parser.add_argument("--metrics-overhead", action="store_true",
+                        help="the hook with /metrics counting against without")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.metrics_overhead:
+        return report_metrics_overhead(args)
     samples = measure(args.runs, args.duration)
     summary = {}
     for kind in ("hook/session", "hook/share", "board/direct", "board/nginx"):

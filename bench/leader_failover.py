@@ -45,8 +45,9 @@ from _sample_data import copied_logdir
 from _tbhub import Tbhub, database_url
 from tbhub.core.processes import ProcessRef, stop_group
 
-LEADER = re.compile(r"^tbhub_supervisor_leader (\d)$", re.M)
-PASSES = re.compile(r"^tbhub_reconcile_pass_seconds_count (\d+)$", re.M)
+# prometheus-client writes every value as a float ("1.0").
+LEADER = re.compile(r"^tbhub_supervisor_leader (\d)(?:\.0)?$", re.M)
+PASSES = re.compile(r"^tbhub_reconcile_pass_seconds_count (\d+)(?:\.0)?$", re.M)
 TARGET_S = 10.0
 
 

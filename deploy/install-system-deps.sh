@@ -5,7 +5,8 @@
 # with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
 # with npm (the OpenID provider the tests sign in against), systemd-analyze (the unit
 # in deploy/systemd is verified), docker.io (the container backend tests) and
-# docker-compose (docker-compose.yml is brought up), then starts
+# docker-compose (docker-compose.yml is brought up), prometheus with promtool (the shipped
+# alert rules are checked and made to fire against a real Prometheus), then starts
 # dockerd if no Docker daemon answers (deploy/start-dockerd.sh);
 # with `bench`, also wrk and docker.io.
 # As root it uses apt-get; otherwise it says exactly what to install and stops.
@@ -25,7 +26,8 @@ case "${1:-}" in
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
     have systemd-analyze || missing+=(systemd)
     have dockerd || missing+=(docker.io)
-    have docker-compose || missing+=(docker-compose) ;;
+    have docker-compose || missing+=(docker-compose)
+    have promtool || missing+=(prometheus) ;;
   bench)
     have wrk || missing+=(wrk)
     have dockerd || missing+=(docker.io) ;;

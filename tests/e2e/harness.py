@@ -22,6 +22,7 @@ from tbhub.core.models import TokenScope
 from tbhub.core.processes import ProcessRef, stop_group
 from tbhub.domain.projects import create_project
 from tbhub.domain.users import create_user, get_user
+from tbhub.storage.sample_logs import write_project
 from tbhub.supervisor.backends.local import INSTANCE_ENV, OWNER_ENV
 from tests.forms import csrf_header, post_sign_in
 from tests.ports import free_port
@@ -37,6 +38,22 @@ def wait_until(predicate: Callable[[], object], *, timeout: float, what: str) ->
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_answering(
+    process: subprocess.Popen[bytes], url: str, *, what: str, log: Callable[[], str]
+) -> None:
+    """Wait until `url` answers 200; fail with the log if `process` exits first."""
+
+    def answering() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited:\n{log()}")
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(answering, timeout=30, what=f"{what} to answer {url}")
 
 
 def board_processes(state_dir: Path) -> list[psutil.Process]:
@@ -101,17 +118,7 @@ class TbhubServer:
             stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         log.close()
-
-        def healthy() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise AssertionError(f"tbhub serve exited:\n{self.log()}")
-            try:
-                return httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(healthy, timeout=30, what="tbhub serve to answer /healthz through nginx")
+        wait_answering(self.process, f"{self.base_url}/healthz", what="tbhub serve", log=self.log)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -200,6 +207,13 @@ class TbhubServer:
         client = self.client()
         client.headers["Authorization"] = f"Bearer {secret}"
         return client
+
+    def start_with_alice(self, *, runs: int = 2) -> TbhubServer:
+        """alice owns project vision with `runs` small runs; then the server starts."""
+        self.add_user("alice", "alice-password")
+        write_project(self.add_project("vision", owner="alice"), runs=runs, steps=20, tags=1)
+        self.start()
+        return self
 
     def client(self) -> httpx.Client:
         client = httpx.Client(base_url=self.base_url, timeout=10)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.parametrize("database_url", ["postgresql"], indirect=Tr
 
 # The takeover the replicas promise: a standby leads this soon after the leader dies.
 TAKEOVER_SECONDS = 10.0
-LEADER_GAUGE = re.compile(r"^tbhub_supervisor_leader (\d)$", re.M)
+LEADER_GAUGE = re.compile(r"^tbhub_supervisor_leader (\d)(?:\.0)?$", re.M)
 
 
 def leads(server: TbhubServer) -> bool:

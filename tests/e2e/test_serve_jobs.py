@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
+from tests.support.metrics_text import sample
 
 
 def test_serve_backs_up_soon_after_storage_changes_and_reports_it(
@@ -21,11 +22,7 @@ def test_serve_backs_up_soon_after_storage_changes_and_reports_it(
     write_run(project / "run-00", steps=10, tags=1)
 
     def metric(name: str) -> float | None:
-        text = server.client().get("/metrics").text
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return None
+        return sample(server.client().get("/metrics").text, name)
 
     original = project / "run-00"
 

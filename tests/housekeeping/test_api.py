@@ -16,6 +16,7 @@ from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup
 from tests.housekeeping.conftest import EVENTS, fill_storage
 from tests.ports import free_port
+from tests.support.metrics_text import sample
 from tests.test_api import seed, sign_in
 from tests.times import assert_one_format
 
@@ -93,10 +94,7 @@ def test_pins_and_the_dry_run_through_the_api(
 
 
 def metric(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
+    return sample(text, name)
 
 
 def test_metrics_report_the_recovery_point_and_the_last_result(

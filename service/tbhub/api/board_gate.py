@@ -24,6 +24,7 @@ from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.core.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
+from tbhub.core.log_context import note_request
 from tbhub.core.models import Role
 from tbhub.core.names import is_compare_slug
 from tbhub.domain.boards import BoardRef, BoardView, auth_cache_seconds
@@ -115,10 +116,12 @@ def _standing(request: Request, context: AppContext, board: str) -> Standing | N
         except NotAuthenticated:
             return None
         caller = Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
+        note_request(user=grant.user_name, user_id=grant.user_id)
         return lambda project: _judge_token(context, caller, project)
     data = viewer_session(request, context, board)
     if data is None:
         return None
+    note_request(user_id=data.user_id)  # the name would cost the hook a query
     return lambda project: _judge_session(context, data, project)
 
 
@@ -227,6 +230,7 @@ def auth_board(request: Request, context: ContextDep) -> Response:
     match = BOARD_PATH.match(original_uri)
     if match is None or UNSAFE_BOARD_PATH.search(original_uri):
         return Response(status_code=403)
+    note_request(project=match.group(1))
     try:
         verdict, board, denied = judge_board(request, context, match.group(1))
     except AmbiguousSession:

@@ -21,6 +21,7 @@ from starlette.datastructures import QueryParams
 from tbhub.auth.permissions import Access, AccessCache
 from tbhub.auth.tokens import MINT_HINT, TokenGrant
 from tbhub.core.errors import BadRequest, Forbidden, NotAuthenticated, NotFound
+from tbhub.core.log_context import note_request
 from tbhub.core.models import ApiToken, Role, User
 from tbhub.core.names import check_project_name
 
@@ -73,6 +74,7 @@ def require_project(
 
     A project the user cannot see at all is 404, the same as one that does not exist."""
     check_project_name(project)
+    note_request(project=project)
     access = access_cache.lookup(caller.user_id, project)
     if access.project_id is None or not access.can_view:
         raise NotFound(

@@ -64,7 +64,9 @@ class CompareCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
-        self._cache = TtlCache[str, CompareEntry | None](self._load, ttl=ttl, clock=clock)
+        self._cache = TtlCache[str, CompareEntry | None](
+            self._load, ttl=ttl, clock=clock, name="compare"
+        )
 
     def lookup(self, slug: str) -> CompareEntry | None:
         return self._cache.get(slug)

@@ -91,7 +91,9 @@ class AccessCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
-        self._cache = TtlCache[tuple[int, str], Access](self._load, ttl=ttl, clock=clock)
+        self._cache = TtlCache[tuple[int, str], Access](
+            self._load, ttl=ttl, clock=clock, name="access"
+        )
 
     def lookup(self, user_id: int, project: str) -> Access:
         return self._cache.get((user_id, project))

@@ -25,7 +25,9 @@ class RestrictionCache:
     def __init__(
         self, factory: sessionmaker[Session], *, ttl: float = RESTRICTION_CACHE_SECONDS
     ) -> None:
-        self._cache: TtlCache[int, Restriction] = read_through(factory, load_restriction, ttl=ttl)
+        self._cache: TtlCache[int, Restriction] = read_through(
+            factory, load_restriction, ttl=ttl, name="restriction"
+        )
 
     def lookup(self, project_id: int) -> Restriction:
         return self._cache.get(project_id)

@@ -109,7 +109,9 @@ class ShareLinkCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = factory
-        self._cache = TtlCache[str, ShareGrant | None](self._load, ttl=ttl, clock=clock)
+        self._cache = TtlCache[str, ShareGrant | None](
+            self._load, ttl=ttl, clock=clock, name="share_link"
+        )
 
     def lookup(self, token: str) -> ShareGrant | None:
         if not token.startswith(TOKEN_PREFIX) or len(token) != TOKEN_LENGTH:

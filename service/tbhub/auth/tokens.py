@@ -21,6 +21,7 @@ from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tbhub.auth.permissions import project_roles
+from tbhub.auth.ttl_cache import Lookups
 from tbhub.core.db import transaction
 from tbhub.core.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from tbhub.core.models import ApiToken, Project, Role, TokenScope, User
@@ -127,6 +128,7 @@ class TokenCache:
         self._entries: dict[str, tuple[float, TokenGrant]] = {}
         self.used = AccessTracker[int]()
         self._flushed_at = clock()
+        self._lookups = Lookups("token")
 
     def lookup(self, token: str) -> TokenGrant:
         """The grant of a presented token, or NotAuthenticated saying why it is refused."""
@@ -137,8 +139,10 @@ class TokenCache:
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None and now - hit[0] < self._ttl:
+            self._lookups.hit()
             grant = hit[1]
         else:
+            self._lookups.miss()
             with self._factory() as session:
                 found = load_grant(session, key)
             if found is None:

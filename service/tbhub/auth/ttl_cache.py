@@ -9,8 +9,19 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.core.metrics import instruments
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+class Lookups:
+    """Counts one cache's hits and misses (tbhub_auth_cache_lookups_total{cache=...})."""
+
+    def __init__(self, cache: str) -> None:
+        counter = instruments().cache_lookups
+        self.hit = counter.labels(cache, "hit").inc
+        self.miss = counter.labels(cache, "miss").inc
 
 
 class TtlCache(Generic[K, V]):
@@ -24,8 +35,10 @@ class TtlCache(Generic[K, V]):
         ttl: float,
         clock: Callable[[], float] = time.monotonic,
         max_entries: int = 100_000,
+        name: str = "other",
     ) -> None:
         self._load, self._ttl, self._clock, self._max = load, ttl, clock, max_entries
+        self._lookups = Lookups(name)
         self._lock = threading.Lock()
         self._entries: dict[K, tuple[float, V]] = {}
 
@@ -34,7 +47,9 @@ class TtlCache(Generic[K, V]):
         with self._lock:
             hit = self._entries.get(key)
         if hit is not None and now - hit[0] < self._ttl:
+            self._lookups.hit()
             return hit[1]
+        self._lookups.miss()
         value = self._load(key)
         with self._lock:
             if len(self._entries) > self._max:
@@ -48,7 +63,7 @@ class TtlCache(Generic[K, V]):
 
 
 def read_through(
-    factory: sessionmaker[Session], query: Callable[[Session, K], V], *, ttl: float
+    factory: sessionmaker[Session], query: Callable[[Session, K], V], *, ttl: float, name: str
 ) -> TtlCache[K, V]:
     """A TtlCache that reads each key with `query` on a database session of its own."""
 
@@ -56,4 +71,4 @@ def read_through(
         with factory() as session:
             return query(session, key)
 
-    return TtlCache(load, ttl=ttl)
+    return TtlCache(load, ttl=ttl, name=name)

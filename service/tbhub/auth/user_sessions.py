@@ -74,7 +74,7 @@ class LiveSessions:
     """session id -> its row (None: none) for `ttl` seconds, for the auth hook."""
 
     def __init__(self, factory: sessionmaker[Session], *, ttl: float = SESSION_CACHE_SECONDS):
-        self._cache = read_through(factory, live_session, ttl=ttl)
+        self._cache = read_through(factory, live_session, ttl=ttl, name="session")
 
     def is_live(self, data: SessionData) -> bool:
         return is_live(self._cache.get(data.session_id), data)

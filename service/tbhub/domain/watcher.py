@@ -36,6 +36,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from tbhub.core.fstype import is_network_filesystem
+from tbhub.core.metrics import instruments
 from tbhub.core.names import PROJECT_SLUG
 from tbhub.storage.event_health import FramingWatch, Healer
 from tbhub.storage.paths import project_problem
@@ -373,6 +374,7 @@ class StorageWatcher:
                     raise
                 for change in changes:
                     self.index.apply(change)
+                note_lag(changes)
         if event_files and self.on_event_files is not None:
             self.on_event_files(event_files)
         return changes
@@ -388,6 +390,14 @@ class StorageWatcher:
             for path in self.framing.rewritten_among(project, paths):
                 self.healer.rewritten(project, f"event file {path} was rewritten in place")
         self.healer.send_due()
+
+
+def note_lag(changes: list[ProjectChanges]) -> None:
+    """The watcher's lag for /metrics: from the newest write among the runs just recorded
+    to now (in polling mode, mostly the poll interval)."""
+    newest = max((run.last_write for change in changes for run in change.runs), default=0.0)
+    if newest > 0:
+        instruments().watcher_lag.set(max(0.0, time.time() - newest))
 
 
 def owner_at_or_above(runs: Container[str], rel: str) -> str | None:

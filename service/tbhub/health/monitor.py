@@ -102,6 +102,7 @@ class HealthMonitor:
         self._run_table = RunTable(self.settings, self.rules)
         self._runs_checked = 0.0
         self._lock = threading.Lock()
+        self._behind_since: float | None = None  # first change heard since caught up
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -113,6 +114,8 @@ class HealthMonitor:
     def event_files(self, files: Iterable[tuple[str, str]]) -> None:
         """The watcher's hook: these event files (project, path in it) changed."""
         with self._lock:
+            if self._behind_since is None:
+                self._behind_since = time.monotonic()
             self._files.update(files)
         self._wake.set()
 
@@ -149,6 +152,8 @@ class HealthMonitor:
             ended = time.monotonic()
             with self._lock:
                 busy = bool(self._pending or self._files)
+                if not busy:
+                    self._behind_since = None  # caught up: the lag is zero again
             if not busy:
                 self._wake.wait(self.settings.health_interval)
                 rest = min(MAX_REST, REST_RATIO * (ended - started))
@@ -381,37 +386,20 @@ class HealthMonitor:
         with self._lock:
             return len(self._pending) + len(self._files)
 
-    def metric_lines(self) -> list[str]:
+    def lag(self) -> float:
+        """Seconds the oldest change heard about and not read yet has waited (0: none)."""
+        with self._lock:
+            since = self._behind_since if (self._pending or self._files) else None
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    def metric_lines(self) -> list[tuple[str, float]]:
+        """The monitor's figures for /metrics (supervisor/metrics.py publishes them)."""
         stats = self.stats
-        pending = self.behind()
-        samples = [
-            ("tbhub_health_passes_total", "counter", "Monitor passes run.", stats.passes),
-            (
-                "tbhub_health_pass_seconds_total",
-                "counter",
-                "Wall time spent in monitor passes.",
-                round(stats.pass_seconds, 6),
-            ),
-            (
-                "tbhub_health_read_bytes_total",
-                "counter",
-                "Event-file bytes the monitor read.",
-                stats.bytes_read,
-            ),
-            (
-                "tbhub_health_runs_behind",
-                "gauge",
-                "Runs with data the monitor has not read yet (its byte budget ran out).",
-                pending,
-            ),
-            (
-                "tbhub_health_runs_followed",
-                "gauge",
-                "Runs the monitor keeps state for.",
-                len(self._watched),
-            ),
+        return [
+            ("passes", stats.passes),
+            ("pass_seconds", round(stats.pass_seconds, 6)),
+            ("read_bytes", stats.bytes_read),
+            ("runs_behind", self.behind()),
+            ("runs_followed", len(self._watched)),
+            ("lag_seconds", self.lag()),
         ]
-        lines: list[str] = []
-        for name, kind, text, value in samples:
-            lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {value}"]
-        return lines

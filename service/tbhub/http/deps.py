@@ -32,6 +32,7 @@ from tbhub.auth.user_sessions import LiveSessions, is_live, live_session, start_
 from tbhub.core.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
 from tbhub.core.db import transaction
 from tbhub.core.errors import NotAuthenticated
+from tbhub.core.log_context import note_request
 from tbhub.core.models import User
 from tbhub.core.settings import Settings
 from tbhub.domain.board_changes import BoardChanges
@@ -215,10 +216,12 @@ def get_optional_caller(
                 f"the account {grant.user_name} was deleted or disabled, and its tokens with "
                 f"it; {MINT_HINT}"
             )
+        note_request(user=grant.user_name, user_id=grant.user_id)
         return Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
     user = get_optional_user(request, context, session)
     if user is None:
         return None
+    note_request(user=user.name, user_id=user.id)
     return Caller.of_user(user)
 
 

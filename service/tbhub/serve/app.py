@@ -55,6 +55,7 @@ from tbhub.domain.boards import AccessTracker, BoardDirectory, BoardRef
 from tbhub.http.csrf import CsrfGuard, CsrfTokens
 from tbhub.http.deps import AppContext
 from tbhub.http.http_errors import install_error_handlers
+from tbhub.http.request_log import RequestLog
 from tbhub.http.security_headers import SecurityHeaders
 from tbhub.http.server_timing import ServerTiming
 from tbhub.storage.scalars import ScalarCache
@@ -221,4 +222,5 @@ def create_app(
     )
     app.add_middleware(SecurityHeaders)
     app.add_middleware(ServerTiming)
+    app.add_middleware(RequestLog, access_lines=context.settings.log_format == "json")
     return app

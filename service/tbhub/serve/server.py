@@ -16,6 +16,8 @@ from tbhub.core.db import upgrade
 from tbhub.core.errors import ConfigError
 from tbhub.core.leader_lock import LeaderLock, key_fingerprint, replica_name
 from tbhub.core.locks import LockHeld, hold_lock
+from tbhub.core.log_context import configure_logging
+from tbhub.core.metrics import turn_off, use_directory
 from tbhub.core.settings import Settings, prepare_runtime
 from tbhub.http.deps import AppContext
 from tbhub.http.public_url import startup_warning
@@ -67,16 +69,24 @@ def make_replica(settings: Settings, context: AppContext) -> Replica:
     return replica
 
 
+def start_metrics(settings: Settings) -> None:
+    """Before anything counts: every process of this server keeps its values under the data
+    dir (prometheus-client's multiprocess mode), or none counts at all."""
+    if settings.metrics_enabled:
+        use_directory(settings.data_dir / "metrics")
+    else:
+        turn_off()
+
+
 def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None = None) -> None:
     """Serve until SIGINT/SIGTERM. `lock` is the data-dir lock if the caller already holds it
     (`tbhub demo` takes it before it changes anything)."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_format)
     # One line per health probe every few seconds per board says nothing an operator needs.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     prepare_runtime(settings)
     lock = lock or hold_data_dir_lock(settings.data_dir)
+    start_metrics(settings)
     upgrade(settings.db_url)
     # What CLI commands on this data dir take and compare (shared_settings.py).
     log.info("settings recorded in %s", record_settings(settings, now=time.time()))

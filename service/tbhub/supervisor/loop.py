@@ -223,6 +223,13 @@ class Supervisor:
             self.on_observed()
         if full:
             self._remove_stopped_views(desired, actual)
+        self.metrics.count_pass(
+            [a.reason for a in result.actions if isinstance(a, Start)],
+            swaps=sum(1 for name, seen in result.observed.items()
+                      if seen.instance_id and name in desired
+                      and desired[name].serving not in (None, seen.instance_id)),
+        )  # fmt: skip
+        self.metrics.publish_health()
         self.metrics.reconcile_seconds.observe(time.perf_counter() - began)
         return busy(result, actual)
 

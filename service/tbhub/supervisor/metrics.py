@@ -1,78 +1,100 @@
-"""Histograms the supervisor fills as it works and /metrics prints (Prometheus text format).
+"""What the supervisor counts as it works (through core/metrics.py's instruments), and the
+metric families /metrics reads from the boards table, the incidents and the outbox.
 
-They live in the memory of the serving process, like any Prometheus histogram: a restart
-starts them again from zero.
+The instruments count from zero when the server starts, like any Prometheus counter; the
+families read from the database survive a restart.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tbhub.core.metrics import instruments
 
 
-@dataclass
-class Histogram:
-    buckets: Sequence[float]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+class Timing:
+    """One of the instruments' histograms, and this process's own count and sum of it for
+    the admin page ("N board starts since this server started")."""
 
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
+    def __init__(self, histogram: Histogram) -> None:
+        self._histogram = histogram
+        self._lock = threading.Lock()
+        self.count = 0
+        self.total = 0.0
 
     def observe(self, value: float) -> None:
-        with self.lock:
-            for index, bound in enumerate(self.buckets):
-                if value <= bound:
-                    self.counts[index] += 1
-            self.total += value
+        self._histogram.observe(value)
+        with self._lock:
             self.count += 1
-
-    def lines(self, name: str, help_text: str) -> list[str]:
-        with self.lock:
-            out = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-            for bound, count in zip(self.buckets, self.counts, strict=True):
-                out.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
-            out.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
-            out.append(f"{name}_sum {self.total:.6f}")
-            out.append(f"{name}_count {self.count}")
-        return out
+            self.total += value
 
 
-@dataclass
 class SupervisorMetrics:
-    start_latency: Histogram = field(
-        default_factory=lambda: Histogram((0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120))
-    )
-    reconcile_seconds: Histogram = field(
-        default_factory=lambda: Histogram((0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
-    )
+    """What the supervisor, the replica and the leader's duties count, through the
+    instruments (core/metrics.py)."""
+
+    def __init__(self) -> None:
+        counted = instruments()
+        self._instruments = counted
+        self.start_latency = Timing(counted.board_start_seconds)
+        self.reconcile_seconds = Timing(counted.reconcile_seconds)
+        self._leader = False
+        self._leader_changes = 0
+        # The run-health monitor's figures while this replica runs it (serve/duties.py),
+        # published after each reconcile pass.
+        self.health_lines: Callable[[], list[tuple[str, float]]] | None = None
+        self._published: dict[str, float] = {}
+        counted.leader.set(0)
 
     # This replica runs the supervisor (replica.py), and how often that changed.
-    leader: bool = False
-    leader_changes: int = 0
-    # The run-health monitor's lines while this replica runs it (serve/duties.py).
-    health_lines: Callable[[], list[str]] | None = None
+    @property
+    def leader(self) -> bool:
+        return self._leader
 
-    def lines(self) -> list[str]:
-        return [
-            *_family("tbhub_supervisor_leader", "gauge",
-                     "1 if this replica runs the supervisor and the jobs, 0 on a standby.",
-                     [("", int(self.leader))]),
-            *_family("tbhub_supervisor_leader_changes_total", "counter",
-                     "Times this replica became the leader or stopped being it.",
-                     [("", self.leader_changes)]),
-            *self.start_latency.lines(
-                "tbhub_board_start_seconds",
-                "Seconds from a board's start to its first ready probe.",
-            ),
-            *self.reconcile_seconds.lines(
-                "tbhub_reconcile_pass_seconds", "Wall time of one supervisor reconcile pass."
-            ),
-            *(self.health_lines() if self.health_lines is not None else []),
-        ]  # fmt: skip
+    @leader.setter
+    def leader(self, value: bool) -> None:
+        self._leader = value
+        self._instruments.leader.set(int(value))
+
+    @property
+    def leader_changes(self) -> int:
+        return self._leader_changes
+
+    @leader_changes.setter
+    def leader_changes(self, value: int) -> None:
+        self._instruments.leader_changes.inc(max(0, value - self._leader_changes))
+        self._leader_changes = value
+
+    def count_pass(self, starts: Sequence[str | None], swaps: int) -> None:
+        """One reconcile pass started these boards (each its restart reason, or None for a
+        new board) and moved `swaps` upstreams to a replacement."""
+        for reason in starts:
+            self._instruments.board_starts.labels(reason or "new").inc()
+        if swaps:
+            self._instruments.board_swaps.inc(swaps)
+
+    def publish_health(self) -> None:
+        """Hand the monitor's figures to the instruments: counters by what they grew since
+        the last time, gauges as they are (all at zero once the monitor stopped)."""
+        figures = dict(self.health_lines()) if self.health_lines is not None else {}
+        counted = self._instruments
+        for name, counter in (("passes", counted.health_passes),
+                              ("pass_seconds", counted.health_pass_seconds),
+                              ("read_bytes", counted.health_read_bytes)):  # fmt: skip
+            if name in figures:
+                grown = figures[name] - self._published.get(name, 0.0)
+                counter.inc(max(0.0, grown))
+                self._published[name] = figures[name]
+            else:
+                self._published.pop(name, None)  # a new monitor counts from zero
+        counted.health_runs_behind.set(figures.get("runs_behind", 0))
+        counted.health_runs_followed.set(figures.get("runs_followed", 0))
+        counted.health_lag.set(figures.get("lag_seconds", 0))
 
 
 @dataclass(frozen=True)
@@ -86,64 +108,58 @@ class BoardRow:
     restarts: dict[str, int]
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(
+    name: str, text: str, samples: Iterable[tuple[Sequence[str], float]], labels: Sequence[str] = ()
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, text, labels=list(labels))
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
 
 
-def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, object]]) -> list[str]:
-    """One metric family: HELP, TYPE, then `name{labels} value` per sample."""
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
-            *(f"{name}{labels} {value}" for labels, value in samples)]  # fmt: skip
-
-
-def incident_lines(
+def incident_families(
     open_incidents: Sequence[tuple[str, str, int]], totals: Sequence[tuple[str, int]]
-) -> list[str]:
+) -> list[Metric]:
     """Open incidents by project and detector, and every incident raised by detector."""
     return [
-        *_family("tbhub_incidents_open", "gauge", "Open run-health incidents.",
-                 [(f'{{project="{_label(p)}",detector="{_label(d)}"}}', n)
-                  for p, d, n in open_incidents]),
-        *_family("tbhub_incidents", "gauge",
-                 "Run-health incidents recorded, open or resolved, by detector.",
-                 [(f'{{detector="{_label(d)}"}}', n) for d, n in totals]),
+        _gauge("tbhub_incidents_open", "Open run-health incidents.",
+               (((p, d), n) for p, d, n in open_incidents), ("project", "detector")),
+        _gauge("tbhub_incidents", "Run-health incidents recorded, open or resolved, by detector.",
+               (((d,), n) for d, n in totals), ("detector",)),
     ]  # fmt: skip
 
 
-def notify_lines(counts: dict[str, int], oldest: float | None) -> list[str]:
+def notify_families(counts: dict[str, int], oldest: float | None) -> list[Metric]:
     """The notification outbox: deliveries by state, and how long the oldest has waited."""
     return [
-        *_family("tbhub_notify_deliveries", "gauge", "Notifications in the outbox by state.",
-                 [(f'{{state="{_label(state)}"}}', n) for state, n in counts.items()]),
-        *_family("tbhub_notify_oldest_pending_seconds", "gauge",
-                 "Seconds the oldest notification still to send has waited.",
-                 [("", round(oldest, 3))] if oldest is not None else []),
+        _gauge("tbhub_notify_deliveries", "Notifications in the outbox by state.",
+               (((state,), n) for state, n in counts.items()), ("state",)),
+        _gauge("tbhub_notify_oldest_pending_seconds",
+               "Seconds the oldest notification still to send has waited.",
+               [((), round(oldest, 3))] if oldest is not None else []),
     ]  # fmt: skip
 
 
-def board_lines(
+def board_families(
     rows: Sequence[BoardRow], *, states: Sequence[str], reasons: Sequence[str], budget: int | None
-) -> list[str]:
+) -> list[Metric]:
     """Boards by state, PSS and limit per board, restarts by reason, the memory budget."""
     ready = [r for r in rows if r.observed == "ready"]
+    restarts = CounterMetricFamily("tbhub_board_restarts", "Board restarts by reason.",
+                                   labels=["reason"])  # fmt: skip
+    for reason in reasons:
+        restarts.add_metric([reason], sum(r.restarts.get(reason, 0) for r in rows))
     return [
-        *_family("tbhub_boards", "gauge",
-                 "Boards by observed state (no_capacity: the memory budget is full).",
-                 [(f'{{state="{s}"}}', sum(r.observed == s for r in rows)) for s in states]),
-        *_family("tbhub_board_pss_bytes", "gauge",
-                 "PSS of a ready board's processes when last measured.",
-                 [(f'{{project="{_label(r.project)}"}}', r.pss_bytes)
-                  for r in ready if r.pss_bytes is not None]),
-        *_family("tbhub_board_memory_limit_bytes", "gauge",
-                 "A board's memory limit (absent: none).",
-                 [(f'{{project="{_label(r.project)}"}}', r.memory_limit)
-                  for r in rows if r.memory_limit]),
-        *_family("tbhub_board_restarts_total", "counter", "Board restarts by reason.",
-                 [(f'{{reason="{reason}"}}', sum(r.restarts.get(reason, 0) for r in rows))
-                  for reason in reasons]),
-        *_family("tbhub_board_memory_budget_bytes", "gauge",
-                 "Sum of board PSS allowed on this host.",
-                 [("", budget)] if budget is not None else []),
-        *_family("tbhub_board_memory_used_bytes", "gauge", "Sum of the PSS of ready boards.",
-                 [("", sum(r.pss_bytes or 0 for r in ready))]),
+        _gauge("tbhub_boards", "Boards by observed state (no_capacity: the memory budget is full).",
+               (((s,), sum(r.observed == s for r in rows)) for s in states), ("state",)),
+        _gauge("tbhub_board_pss_bytes", "PSS of a ready board's processes when last measured.",
+               (((r.project,), r.pss_bytes) for r in ready if r.pss_bytes is not None),
+               ("project",)),
+        _gauge("tbhub_board_memory_limit_bytes", "A board's memory limit (absent: none).",
+               (((r.project,), r.memory_limit) for r in rows if r.memory_limit), ("project",)),
+        restarts,
+        _gauge("tbhub_board_memory_budget_bytes", "Sum of board PSS allowed on this host.",
+               [((), budget)] if budget is not None else []),
+        _gauge("tbhub_board_memory_used_bytes", "Sum of the PSS of ready boards.",
+               [((), sum(r.pss_bytes or 0 for r in ready))]),
     ]  # fmt: skip

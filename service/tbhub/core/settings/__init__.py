@@ -37,6 +37,7 @@ from tbhub.core.settings.containers import ContainerSettings
 from tbhub.core.settings.health import HealthSettings
 from tbhub.core.settings.network import HOST_NAME, WILDCARD_HOSTS, NetworkSettings
 from tbhub.core.settings.notify import NotifySettings
+from tbhub.core.settings.observability import ObservabilitySettings
 from tbhub.core.settings.retention import RetentionSettings
 from tbhub.core.settings.storage import StorageSettings
 
@@ -66,6 +67,7 @@ class Settings(
     BackupSettings,
     NotifySettings,
     HealthSettings,
+    ObservabilitySettings,
     BaseSettings,
 ):
     """Every setting tbhub reads, by group (the classes it combines); the settings reference

@@ -25,6 +25,13 @@ class BackupSettings(BaseModel):
         description="When set, `tbhub serve` takes a snapshot this many seconds after the "
         "storage last changed (at most one per interval of this length).",
     )
+    backup_rpo_hours: float = Field(
+        default=26.0,
+        gt=0,
+        description="The recovery point objective: /metrics reports it as "
+        "tbhub_backup_rpo_seconds, and the shipped alert rule fires when the newest "
+        "complete snapshot is older (deploy/monitoring).",
+    )
     backup_keep_daily: int = Field(
         default=7, ge=0, description="Complete snapshots kept: the newest of each of N days."
     )
