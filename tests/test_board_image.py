@@ -16,6 +16,7 @@ from tbhub.artifacts.rootfs import RootFs
 from tbhub.supervisor.board_image import (
     IMAGE_PYTHON,
     LAUNCHER,
+    LAUNCHER_MODULES,
     SITE,
     current_inputs,
     write_rootfs,
@@ -27,7 +28,8 @@ def launcher_copy(tmp_path: Path, *, launcher_extra: str = "", init_extra: str =
     inputs = current_inputs()
     root = tmp_path / "tbhub"
     (root / "supervisor").mkdir(parents=True)
-    shutil.copy(inputs.launcher_root / LAUNCHER, root / LAUNCHER)
+    for module in LAUNCHER_MODULES:
+        shutil.copy(inputs.launcher_root / module, root / module)
     (root / LAUNCHER).write_text((root / LAUNCHER).read_text() + launcher_extra)
     (root / "__init__.py").write_text(
         (inputs.launcher_root / "__init__.py").read_text() + init_extra
@@ -60,8 +62,8 @@ def test_the_root_filesystem_holds_python_tensorboard_and_the_launcher_alone_of_
     tbhub_files = sorted(
         n for n in members if n.startswith(f"{site}/tbhub/") and members[n].isfile()
     )
-    assert tbhub_files == [f"{site}/tbhub/__init__.py", f"{site}/tbhub/supervisor/__init__.py",
-                           f"{site}/tbhub/{LAUNCHER}"]  # fmt: skip
+    stubs = [f"{site}/tbhub/__init__.py", f"{site}/tbhub/supervisor/__init__.py"]
+    assert tbhub_files == sorted([*stubs, *(f"{site}/tbhub/{m}" for m in LAUNCHER_MODULES)])
     assert members[IMAGE_PYTHON.lstrip("/")].issym()
     assert f"{site}/tensorboard/program.py" in members
     assert any(n.startswith(f"{site}/tensorboard_data_server/bin/server") for n in members)

@@ -16,12 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from tbhub.supervisor.board_process import (
-    DISABLE_FLAG,
-    LAZY_PLUGINS,
-    has_data_file,
-    launcher_command,
-)
+from tbhub.supervisor.board_process import DISABLE_FLAG, launcher_command
+from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, has_data_file
 from tests.e2e.harness import wait_until
 from tests.e2e.plugin_packages import write_profiler_trace
 from tests.ports import free_port

@@ -4,7 +4,8 @@ The image starts FROM scratch and holds exactly what a board runs:
 - the interpreter and its standard library (less tests, IDLE, tkinter, the static library);
 - TensorBoard and waitress (the board's HTTP server) with their requirements, copied from
   tbhub's own environment (`importlib.metadata`: the files each distribution's RECORD lists);
-- tbhub's launcher (`tbhub.supervisor.board_process`) and nothing else of tbhub;
+- tbhub's launcher (`tbhub.supervisor.board_process`, with `lazy_plugins`) and nothing else
+  of tbhub;
 - the shared libraries every ELF file among those links, as `ldd` resolves them;
 - /etc/passwd and /etc/group naming nobody, and an empty /tmp.
 
@@ -53,7 +54,8 @@ BOARD_PORT = 6006  # TensorBoard's port inside a board container
 # board's HTTP server, board_process.board_server) and the PyTorch profiler plugin, pinned
 # with TensorBoard (constraints.txt) and loaded by the boards whose project turned it on.
 ROOT_DISTRIBUTIONS = ("tensorboard", "waitress", "torch-tb-profiler")
-LAUNCHER = "supervisor/board_process.py"  # the one module of tbhub a board imports
+LAUNCHER = "supervisor/board_process.py"  # the module of tbhub a board runs
+LAUNCHER_MODULES = (LAUNCHER, "supervisor/lazy_plugins.py")  # all of tbhub a board imports
 # Its packages' __init__ files, written as these stubs: the image does not change with them.
 PACKAGE_STUBS = {
     "__init__.py": b'"""tbhub: only the board launcher, in a board image."""\n',
@@ -82,7 +84,8 @@ class ImageInputs:
             hasher.update(f"{name}=={version}\0".encode())
         for name, version in self.plugins:
             hasher.update(f"plugin {name}=={version}\0".encode())
-        hasher.update((self.launcher_root / LAUNCHER).read_bytes())
+        for module in LAUNCHER_MODULES:
+            hasher.update((self.launcher_root / module).read_bytes())
         return hasher.hexdigest()[:16]
 
     @property
@@ -121,7 +124,8 @@ def write_rootfs(inputs: ImageInputs, root: RootFs, progress: Progress) -> None:
         root, python=inputs.python, stdlib=inputs.stdlib, link=PurePosixPath(IMAGE_PYTHON),
         dists=distribution_closure(ROOT_DISTRIBUTIONS), site=SITE, elves=elves,
     )  # fmt: skip
-    root.add_file(inputs.launcher_root / LAUNCHER, SITE / "tbhub" / LAUNCHER)
+    for module in LAUNCHER_MODULES:
+        root.add_file(inputs.launcher_root / module, SITE / "tbhub" / module)
     if inputs.plugin_dir is not None:
         progress("extra plugins: " + ", ".join(f"{n} {v}" for n, v in inputs.plugins))
         for path in root.add_tree(inputs.plugin_dir, IMAGE_PLUGINS):
