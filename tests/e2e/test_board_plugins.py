@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Frame, Page
+from playwright.sync_api import Browser, Frame, Page, expect
 
 from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
@@ -97,6 +97,56 @@ def test_a_torch_profiler_trace_shows_in_the_profiler_tab_in_chromium(
     assert board_status(alice)["plugin_errors"] == []
 
     assert_profiler_tab_shows(browser, server, worker)
+
+
+def registered_runs(client: httpx.Client) -> set[str]:
+    response = client.get("/api/v1/projects/vision/runs")
+    assert response.status_code == 200, response.text
+    return {run["path"] for run in response.json()["runs"]}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_run_of_profiler_traces_alone_is_a_run_and_its_board_shows_the_profile(
+    make_server: Callable[..., TbhubServer], browser: Browser, launcher: str
+) -> None:
+    """No event file anywhere: the scan registers the run the trace makes, the board's
+    profiler lists it through nginx and in Chromium with no "no runs" panel over it, and a
+    profile written later in XProf's layout (`<run>/plugins/profile/<session>/`) becomes
+    the run above `plugins` through the watcher."""
+    server = make_server(board_launcher=launcher)
+    server.add_user("alice", "alice-password")
+    project = server.add_project("vision", owner="alice")
+    worker = write_profiler_trace(project / "profiled").name.split(".")[0]
+    server.cli("admin", "board", "set", "vision", "--plugin", "pytorch_profiler")
+    server.start()
+    alice = server.sign_in("alice", "alice-password")
+    wait_until(lambda: registered_runs(alice) == {"profiled"}, timeout=60,
+               what="the scan to register the run of traces")  # fmt: skip
+    assert "profiled" in alice.get("/projects/vision").text
+    wait_until(lambda: profiler_runs(alice) == ["profiled"], timeout=120,
+               what="the board's profiler to list the run")  # fmt: skip
+    assert alice.get("/api/v1/boards/vision/bar").json()["runs"] == 1
+
+    context = signed_in(browser, server)
+    try:
+        page = context.new_page()
+        page.goto(f"{server.base_url}/boards/vision/#pytorch_profiler")
+        bar = page.get_by_role("navigation", name="tbhub")
+        expect(bar).to_contain_text("vision", timeout=60_000)  # the bar has asked /bar
+        frame = wait_until(lambda: profiler_frame(page), timeout=60,
+                           what="the profiler tab's frame")  # fmt: skip
+        assert isinstance(frame, Frame)
+        frame.wait_for_selector("text=profiled", timeout=60_000)
+        frame.wait_for_selector(f"text={worker}", timeout=60_000)
+        assert page.locator("#tbhub-empty").count() == 0
+        expect(page.get_by_role("region", name="No runs in vision yet")).to_have_count(0)
+    finally:
+        context.close()
+
+    session = project / "later" / "plugins" / "profile" / "2026_12_04_15_00_00"
+    write_profiler_trace(session)
+    wait_until(lambda: registered_runs(alice) == {"profiled", "later"}, timeout=60,
+               what="the watcher to register the run above plugins/")  # fmt: skip
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

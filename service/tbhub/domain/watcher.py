@@ -1,5 +1,6 @@
-"""The storage watcher: a directory that gets event files becomes a run in the registry, and
-every run's size and last write stay current (DESIGN.md decision 9).
+"""The storage watcher: a directory that gets event files (or profiler traces, storage/scan.py)
+becomes a run in the registry, and every run's size and last write stay current (DESIGN.md
+decision 9).
 
 watchdog's inotify observer watches local disks. On NFS/CIFS/FUSE, where inotify misses what
 other clients write, its polling observer walks the tree every `watch_poll_interval` seconds
@@ -45,6 +46,8 @@ from tbhub.storage.scan import (
     NONE_CLAIMED,
     Claimed,
     RunInfo,
+    is_trace,
+    profile_owner,
     scan_projects,
     scan_under,
 )
@@ -258,15 +261,21 @@ class StorageWatcher:
         parts = path[len(self._prefix) :].split(os.sep)
         if not PROJECT_SLUG.fullmatch(parts[0]):
             return False  # the trash, upload staging or anything else that is no project
+        is_event_file = False
         if is_directory:
             rel, may_be_run = "/".join(parts[1:]), True
         elif len(parts) == 2:
             return True  # a file right in the project directory belongs to no run
         else:
-            rel, may_be_run = "/".join(parts[1:-1]), parts[-1].startswith(EVENT_FILE_PREFIX)
+            is_event_file = parts[-1].startswith(EVENT_FILE_PREFIX)
+            rel, may_be_run = "/".join(parts[1:-1]), is_event_file or is_trace(parts[-1])
+        # A profiler session's directory belongs to the run above its plugins/profile/:
+        # measuring from there is what finds that run (storage/scan.py).
+        rel = profile_owner(rel) or rel
         with self._dirty_lock:
             self._dirty.add((parts[0], rel, may_be_run))
-            if may_be_run and not is_directory and (self.healer or self.on_event_files):
+            # Traces make runs, but only event files go to the healer and the monitor.
+            if is_event_file and (self.healer or self.on_event_files):
                 self._event_files.add((parts[0], "/".join(parts[1:])))
         self._wake.set()
         return True

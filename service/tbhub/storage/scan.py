@@ -1,7 +1,11 @@
 """Find the runs under a project directory in one pass: size, file count and last write.
 
-A run is a directory that directly holds event files (`events.out.tfevents.*`), or a
-directory registered as a run through the API (`claimed`), whatever it holds. A run owns
+A run is a directory that directly holds event files (`events.out.tfevents.*`) or PyTorch
+profiler traces (`*.pt.trace.json[.gz]`, where `torch.profiler.tensorboard_trace_handler`
+writes them), a directory whose `plugins/profile/<session>/` holds such traces or XProf's
+`*.xplane.pb` (the layout TensorFlow, JAX and XProf use: the run is the directory above
+`plugins`), or a directory registered as a run through the API (`claimed`), whatever it
+holds. A run owns
 everything under its directory: a run nested inside another run belongs to the outer one,
 because moving the outer directory moves it too. So a registered run whose event files sit
 in `train/` and `val/` is one run with all their bytes, and an unregistered tree is one run
@@ -14,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import re
 import signal
 import stat
 import threading
@@ -25,6 +30,11 @@ from tbhub.core.errors import UnsafePath
 from tbhub.storage.fsops import DIR_FLAGS, open_below
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
+# Profiler traces make a run as event files do, but are no event files: the health monitor
+# and the rewritten-file healer never see them. The torch profiler plugin's own pattern.
+TORCH_TRACE = re.compile(r".+\.pt\.trace\.json(?:\.gz)?")
+XPLANE_SUFFIX = ".xplane.pb"  # XProf's (TensorFlow, JAX): only under plugins/profile/<session>/
+PROFILE_DIRS = ("plugins", "profile")  # <run>/plugins/profile/<session>/<trace>
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -35,6 +45,29 @@ class RunInfo:
     bytes: int
     files: int
     last_write: float  # newest mtime of its files, epoch seconds (0.0 when it has none)
+
+
+def is_trace(name: str) -> bool:
+    """A profiler trace file's name (torch's or XProf's)."""
+    return TORCH_TRACE.fullmatch(name) is not None or name.endswith(XPLANE_SUFFIX)
+
+
+def profile_owner(rel: str) -> str | None:
+    """The run a directory inside `<run>/plugins/profile/` belongs to (`<run>`), or None when
+    `rel` is not in such a layout (or `plugins` sits right in the project directory)."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) - 1):
+        if (parts[i], parts[i + 1]) == PROFILE_DIRS:
+            return "/".join(parts[:i])
+    return None
+
+
+def trace_run(rel: str, name: str) -> str | None:
+    """The run that the trace file `name` in the directory `rel` makes, if it makes one."""
+    owner = profile_owner(rel)
+    if owner is not None:
+        return owner
+    return rel if TORCH_TRACE.fullmatch(name) else None
 
 
 Claimed = frozenset[str]  # the paths of a project's registered runs
@@ -71,8 +104,12 @@ def _walk(
     project: str,
     runs: list[RunInfo],
     claimed: Claimed = NONE_CLAIMED,
+    traced: set[str] | None = None,
 ) -> tuple[int, int, float]:
-    """Totals (bytes, files, newest mtime) of the tree at `name`; appends the runs in it."""
+    """Totals (bytes, files, newest mtime) of the tree at `name`; appends the runs in it.
+    `traced` gathers the runs that profiler traces below make, for the directories above
+    (a trace in `<run>/plugins/profile/<session>/` makes `<run>` one)."""
+    traced = set() if traced is None else traced
     try:
         fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except (FileNotFoundError, NotADirectoryError, PermissionError, OSError):
@@ -99,10 +136,12 @@ def _walk(
                     newest = st.st_mtime
                 if not is_run and entry.name.startswith(EVENT_FILE_PREFIX):
                     is_run = True
+                elif is_trace(entry.name) and (owner := trace_run(rel, entry.name)) is not None:
+                    traced.add(owner)
         mark = len(runs)
         for sub in subdirs:
             sub_bytes, sub_files, sub_newest = _walk(
-                fd, sub, f"{rel}/{sub}", project, runs, claimed
+                fd, sub, f"{rel}/{sub}", project, runs, claimed, traced
             )
             total += sub_bytes
             count += sub_files
@@ -110,7 +149,7 @@ def _walk(
                 newest = sub_newest
     finally:
         os.close(fd)
-    if is_run:
+    if is_run or rel in traced:
         del runs[mark:]  # runs nested in this one move with it
         runs.append(RunInfo(project, rel, total, count, newest))
     return total, count, newest

@@ -30,15 +30,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
+from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-if TYPE_CHECKING:  # the board image holds this module and board_assets alone of tbhub
+if TYPE_CHECKING:  # the board image holds this module, board_assets and lazy_plugins alone of tbhub
     from tbhub.supervisor.model import BoardSpec
 
 # Plugins a board loads only when its project opts in, and why each is off.
 OFF_BY_DEFAULT_PLUGINS = {
     "projector": "reads checkpoint files outside the logdir (TensorBoard #7119)",
-    "pytorch_profiler": "the PyTorch profiler (*.pt.trace.json traces): it imports pandas, "
-    "which costs a board started by exec 1.46x its start-up time and 50 MiB",
+    "pytorch_profiler": "the PyTorch profiler (*.pt.trace.json traces): loaded on its tab's "
+    "first request, it then imports pandas and starts a second Python process",
 }
 # Plugins whose entry point has another name than the plugin: left out by either name,
 # before their package is imported.
@@ -255,8 +256,9 @@ def extra_plugins(plugin_path: str | None) -> dict[str, str]:
 def board_plugins(launcher: LauncherArgs) -> list[Any]:
     """TensorBoard's plugins for this board: the bundled ones (TensorBoard itself leaves out
     one whose loading fails), then, each guarded, the installed dynamic ones (the PyTorch
-    profiler) and the extra plugins this board turned on. One of those that fails to import
-    or load is left out and reported; the board serves without it."""
+    profiler, made on its first request: `LAZY_PLUGINS`) and the extra plugins this board
+    turned on. One of those that fails to import or load is left out and reported; the board
+    serves without it."""
     from importlib import metadata
 
     from tensorboard import default
@@ -274,6 +276,9 @@ def board_plugins(launcher: LauncherArgs) -> list[Any]:
     dynamic = []
     for ep in wanted:
         if {ep.name, ENTRY_POINT_PLUGINS.get(ep.name)} & launcher.disabled:
+            continue
+        if ep.name in LAZY_PLUGINS:
+            dynamic.append(lazy_loader(ep, LAZY_PLUGINS[ep.name], report=report_plugin_error))
             continue
         try:
             dynamic.append(_guarded(ep.name, ep.load(), launcher.disabled))

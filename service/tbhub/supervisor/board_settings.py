@@ -28,10 +28,10 @@ from tbhub.domain.projects import get_project
 from tbhub.supervisor.board_process import (
     CONFINED_PLUGINS,
     OFF_BY_DEFAULT_PLUGINS,
-    extra_plugins,
     landlock_abi,
 )
 from tbhub.supervisor.metrics import BoardRow
+from tbhub.supervisor.plugin_catalog import CATALOG
 
 MAX_RELOAD_INTERVAL = 86_400
 MAX_MEMORY_LIMIT = 2**50  # 1 PiB: more than any host, and well inside BIGINT
@@ -93,7 +93,7 @@ def toggleable_plugins(settings: Settings) -> dict[str, str]:
     extras = {
         name: f"extra plugin from {package}, installed by the operator; off until a project "
         "turns it on"
-        for name, package in extra_plugins(str(settings.board_plugin_dir)).items()
+        for name, package in CATALOG.extra_plugins(str(settings.board_plugin_dir)).items()
     }
     return {**extras, **OFF_BY_DEFAULT_PLUGINS}
 
