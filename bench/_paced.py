@@ -15,23 +15,27 @@ requests a second it takes a few percent of one core.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 TIMEOUT_S = 30.0  # an answer later than this counts as failed, as with `wrk --timeout 30s`
+GRACE_S = 5.0  # after the run's end, no request is sent any more
 
 
 @dataclass
 class PacedReport:
     """What a paced run saw: latencies (ms, from the intended send time) of 2xx answers,
-    and how many requests failed (another status, or the connection broke)."""
+    and how many requests failed: another status, no answer within TIMEOUT_S, a broken
+    connection, or never sent because the run was over (GRACE_S after its end)."""
 
     offered_per_s: float
     seconds: float
     latencies_ms: list[float] = field(default_factory=list)
-    failed: int = 0
+    failed: int = 0  # answered with another status, timed out or broke
+    unsent: int = 0  # due, but still unsent when the run was over
     statuses: dict[int, int] = field(default_factory=dict)
 
     @property
@@ -53,7 +57,9 @@ class PacedReport:
     @property
     def failures(self) -> str:
         others = {code: n for code, n in self.statuses.items() if not 200 <= code < 300}
-        return f"{self.failed} failed {others}" if self.failed else "no errors"
+        if not self.failed and not self.unsent:
+            return "no errors"
+        return f"{self.failed + self.unsent} failed ({self.unsent} never sent) {others}"
 
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
@@ -85,6 +91,11 @@ async def _connection(
         while True:
             intended = t0 + (index + k * connections) / rate
             if intended >= end:
+                return
+            if time.perf_counter() >= end + GRACE_S:
+                # Due but never sent: the server is so far behind that the run is over.
+                due = math.ceil(((end - t0) * rate - index) / connections)
+                report.unsent += due - k
                 return
             delay = intended - time.perf_counter()
             if delay > 0:

@@ -71,7 +71,7 @@ def figures(report: WrkReport | PacedReport) -> dict[str, float]:
     load = os.getloadavg()[0]
     if isinstance(report, PacedReport):
         return {"per_second": report.per_second, "p50_ms": report.percentile_ms(50),
-                "p99_ms": report.percentile_ms(99), "errors": report.failed,
+                "p99_ms": report.percentile_ms(99), "errors": report.failed + report.unsent,
                 "load": load}  # fmt: skip
     assert report.requests_per_s is not None
     return {
