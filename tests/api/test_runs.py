@@ -7,12 +7,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
+from tbhub.core.db import make_engine
 from tbhub.core.models import Project, Run
 from tbhub.domain.runs import RunFields, register_run
 from tbhub.housekeeping.trash import restore
+from tbhub.serve import app as app_module
 from tests.api.conftest import Team
 
 RUNS = "/api/v1/projects/vision/runs"
@@ -60,6 +64,24 @@ def test_registrations_in_one_second_take_the_next_free_suffix(
     stem = "g/20300102-030405-r"
     (team.settings.storage / "vision" / f"{stem}-3").mkdir(parents=True)  # not in the registry
     assert [register_at() for _ in range(4)] == [stem, f"{stem}-2", f"{stem}-4", f"{stem}-5"]
+
+
+def test_a_registration_by_token_needs_one_database_connection_at_a_time(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a connection per request, a server's pool serves as many registrations at once
+    as it holds; a request that needed a second one while keeping its first would wait for
+    the pool forever once every connection is taken (64 clients, a pool of 15)."""
+
+    def one_connection(url: str) -> Engine:
+        return make_engine(url, poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=2)
+
+    monkeypatch.setattr(app_module, "make_engine", one_connection)
+    app = app_module.create_app(app_module.build_context(team.settings))
+    with TestClient(app, base_url="http://testserver") as client:
+        response = client.post(RUNS, json={"name": "one-connection"},
+                               headers=team.headers("bob-write"))  # fmt: skip
+    assert response.status_code == 201, response.text
 
 
 def test_a_directory_already_on_disk_is_never_reused(team: Team) -> None:

@@ -205,7 +205,7 @@ def create_run(
         actor=caller.name,
     )
     sync_hparams_file(context.factory, storage_root=context.settings.storage, project=project,
-                      run=run)  # fmt: skip
+                      run=run, fresh=True)  # fmt: skip
     return RunOut.of(run, project, context.settings)
 
 

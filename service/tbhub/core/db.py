@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.core.resources import alembic_dir
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, **pool: Any) -> Engine:
+    """The engine for `url`; `pool` overrides the connection pool's options (tests)."""
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    kwargs.update(pool)
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -19,11 +19,19 @@ log = logging.getLogger("tbhub.runs")
 
 
 def sync_hparams_file(
-    factory: sessionmaker[Session], *, storage_root: Path, project: str, run: Run
+    factory: sessionmaker[Session],
+    *,
+    storage_root: Path,
+    project: str,
+    run: Run,
+    fresh: bool = False,
 ) -> str | None:
-    """Write the file for `run` (as committed); the error kept on the run, or None."""
+    """Write the file for `run` (as committed); the error kept on the run, or None. A
+    `fresh` run was registered just now, in a directory made for it."""
     if run.retention_state != RetentionState.present:
         return run.hparams_file_error
+    if fresh and not run.hparams and not run.metrics:
+        return None  # a run just registered without values: no file to write or check
     try:
         write_hparams_file(
             storage_root,

@@ -225,7 +225,7 @@ def _register_in(
                 )
                 session.add(run)
                 note_event(session, run, "status", fields.status.value, actor=actor, at=now)
-                sync_params(session, run)
+                sync_params(session, run, new=True)
                 audit.record(
                     session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id
                 )

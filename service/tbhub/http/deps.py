@@ -197,6 +197,17 @@ cookie_scheme = APIKeyCookie(
 )
 
 
+def token_owner(context: AppContext, user_id: int) -> User | None:
+    """The token's user as the database has it now (the token cache may predate a delete or
+    disable). One read on a connection of its own, given back at once, in autocommit: no
+    BEGIN and ROLLBACK around it. The request's session would keep its connection to the
+    end, and a route that writes in a transaction of its own (run registration) would then
+    need two connections at a time, which at 64 clients empties the pool and waits on it."""
+    with context.factory() as own:
+        own.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        return own.get(User, user_id)
+
+
 def get_optional_caller(
     request: Request,
     context: ContextDep,
@@ -210,7 +221,7 @@ def get_optional_caller(
     token = bearer_token(request.headers.get("authorization"))
     if token is not None:
         grant = context.tokens.lookup(token)
-        owner = session.get(User, grant.user_id)  # the cache may predate a delete or disable
+        owner = token_owner(context, grant.user_id)
         if owner is None or owner.disabled:
             raise NotAuthenticated(
                 f"the account {grant.user_name} was deleted or disabled, and its tokens with "
