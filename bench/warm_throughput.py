@@ -13,9 +13,12 @@ warm-up of each. Reported: requests/s of every run, the medians and
 median(nginx) / median(direct); the target is >= 0.97x. Any non-2xx/3xx answer or socket error
 that wrk reports is shown, and a run with non-2xx answers through nginx fails the check;
 before measuring, the script checks that nginx answers 200 with the same JSON as the board.
-As a hint of whether nginx's auth cache works, it also reports the CPU seconds `tbhub serve`
-(the control plane that answers the hook) used during each nginx run: close to zero when
-the cache hits, about a second or more per thousand requests when every request reaches it.
+Where a request's CPU goes: during every run it also reads the CPU time (user + system) of
+each party, the board (its processes, or its container's), nginx (master and worker),
+`tbhub serve` (which answers the auth hook: close to nothing when nginx's cache of its
+answers hits), docker's port proxy for a container board, and wrk itself, and reports the
+medians per mode in microseconds of CPU per request. On a host of few cores, every
+microsecond nginx spends is one the board cannot.
 
 With `--backend docker` the board is a container (TBHUB_BOARD_BACKEND=docker, the board
 image built first, an installation id of the run whose containers and network are removed
@@ -40,8 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import httpx
-import psutil
 
+from _cpu import Parties, listening_proxies, state_file_pids
 from _processes import temp_dir
 from _reports import arguments, at_least, emit_json, log, median
 from _sample_data import copied_logdir
@@ -62,7 +65,11 @@ class WrkResult:
     requests: int
     non_2xx_3xx: int
     socket_errors: str | None
-    serve_cpu_s: float | None = None  # CPU time of `tbhub serve` during the run
+    cpu_s: dict[str, float] | None = None  # CPU seconds of each party during the run
+
+    def cpu_us_per_request(self) -> dict[str, float]:
+        return {name: round(seconds / self.requests * 1e6, 1)
+                for name, seconds in (self.cpu_s or {}).items()}  # fmt: skip
 
 
 def wrk(url: str, cookie: str, duration: int, work: Path, label: str) -> WrkReport:
@@ -71,9 +78,36 @@ def wrk(url: str, cookie: str, duration: int, work: Path, label: str) -> WrkRepo
                    headers={"Cookie": f"tbhub_session={cookie}"})  # fmt: skip
 
 
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
+def board_pids(hub: Tbhub, env: dict[str, str]) -> list[int]:
+    """The bench board's processes: its container's init (docker), else the PID its state
+    file records."""
+    installation = env.get("TBHUB_INSTALLATION_ID")
+    if installation is None:
+        return state_file_pids(hub.data_dir.glob("boards/*.json"))
+    import docker
+
+    from tbhub.supervisor.backends.containers import INSTALLATION
+
+    client = docker.from_env()
+    try:
+        found = client.containers.list(filters={"label": f"{INSTALLATION}={installation}"})
+        return [int(c.attrs["State"]["Pid"]) for c in found]
+    finally:
+        client.close()
+
+
+def parties(hub: Tbhub, env: dict[str, str]) -> Parties:
+    """The processes a request through nginx, or directly to the board, may use CPU in."""
+    assert hub.server is not None
+    port = int(hub.board_upstream().rsplit(":", 1)[1])
+    return Parties(
+        trees={
+            "board": board_pids(hub, env),
+            "nginx": state_file_pids([hub.data_dir / "nginx" / "master.json"]),
+            "docker-proxy": listening_proxies(port),
+        },
+        alone={"serve": [hub.server.pid]},
+    )
 
 
 def check_same_answer(direct_url: str, nginx_url: str, cookie: str) -> None:
@@ -108,8 +142,7 @@ def measure_with(
             hub.wait_for_board(cookie, PATH)
             direct_url = hub.direct_url(PATH)
             check_same_answer(direct_url, nginx_url, cookie)
-            assert hub.server is not None
-            serve = psutil.Process(hub.server.pid)
+            who = parties(hub, env)
             urls = {"direct": direct_url, "nginx": nginx_url}
             log(f"direct: {direct_url}\nnginx:  {nginx_url}")
             for kind, url in urls.items():
@@ -117,23 +150,33 @@ def measure_with(
                     wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}")
             for index in range(1, repeats + 1):
                 for kind, url in urls.items():
-                    cpu_before = cpu_seconds(serve)
-                    report = wrk(url, cookie, duration, work, f"{kind}-{index}")
-                    cpu = cpu_seconds(serve) - cpu_before
+                    cpu: dict[str, float] = {}
+                    with who.measured(cpu):
+                        report = wrk(url, cookie, duration, work, f"{kind}-{index}")
                     rate, total = report.requests_per_s, report.requests
                     non_2xx, errors = report.non_2xx_3xx, report.socket_errors
                     assert rate is not None and total is not None
-                    result = WrkResult(
-                        kind, index, rate, total, non_2xx, errors,
-                        serve_cpu_s=round(cpu, 2) if kind == "nginx" else None,
-                    )  # fmt: skip
+                    result = WrkResult(kind, index, rate, total, non_2xx, errors, cpu_s=cpu)
                     results.append(result)
+                    per_request = ", ".join(
+                        f"{name} {us:.0f}" for name, us in result.cpu_us_per_request().items()
+                    )
                     log(
                         f"run {index}/{repeats}: {kind:6} {rate:8.1f} req/s"
-                        f" ({total} requests, non-2xx/3xx {non_2xx}, socket errors {errors})"
-                        + (f", tbhub serve CPU {cpu:.2f}s" if kind == "nginx" else "")
+                        f" ({total} requests, non-2xx/3xx {non_2xx}, socket errors {errors});"
+                        f" CPU us/request: {per_request}"
                     )
     return results, urls
+
+
+def cpu_medians(results: Sequence[WrkResult]) -> dict[str, dict[str, float]]:
+    """Per mode, each party's median CPU microseconds per request."""
+    medians: dict[str, dict[str, float]] = {}
+    for kind in ("direct", "nginx"):
+        shares = [r.cpu_us_per_request() for r in results if r.kind == kind]
+        names = sorted({name for share in shares for name in share})
+        medians[kind] = {name: median([s.get(name, 0.0) for s in shares]) for name in names}
+    return medians
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,7 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     direct_median = median([r.requests_per_s for r in direct])
     nginx_median = median([r.requests_per_s for r in nginx])
     ratio = nginx_median / direct_median
-    all_ok = all(r.non_2xx_3xx == 0 for r in nginx)
+    # No failure of any kind through nginx: no non-2xx answer, no reset or timeout.
+    all_ok = all(r.non_2xx_3xx == 0 and r.socket_errors is None for r in nginx)
+    cpu = cpu_medians(results)
     summary = (
         f"warm_throughput ({args.backend} board): direct median {direct_median:.1f} req/s, "
         f"nginx median {nginx_median:.1f} req/s, ratio {ratio:.2f}x (n={args.runs})"
@@ -169,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "nginx_median_rps": nginx_median,
                 "ratio": ratio,
                 "nginx_all_2xx": all_ok,
+                "cpu_us_per_request": cpu,
                 "backend": args.backend,
                 "target_ratio_min": target,
                 "target_met": ratio >= target,
@@ -177,14 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
         return 0 if all_ok else 1
-    print(f"{'run':>4} {'direct req/s':>13} {'nginx req/s':>12} {'serve CPU s':>12}")
+    print(f"{'run':>4} {'direct req/s':>13} {'nginx req/s':>12}")
     for d, n in zip(direct, nginx, strict=True):
-        cpu = n.serve_cpu_s or 0.0
-        print(f"{d.index:>4} {d.requests_per_s:13.1f} {n.requests_per_s:12.1f} {cpu:12.2f}")
-    print(
-        "nginx answers: "
-        + ("all 2xx/3xx" if all_ok else f"{sum(r.non_2xx_3xx for r in nginx)} non-2xx/3xx")
-    )
+        print(f"{d.index:>4} {d.requests_per_s:13.1f} {n.requests_per_s:12.1f}")
+    print("CPU microseconds per request (medians):")
+    for kind, shares in cpu.items():
+        print(f"  {kind:6} " + ", ".join(f"{name} {us:.0f}" for name, us in shares.items()))
+    failures = [f"{r.non_2xx_3xx} non-2xx/3xx, socket errors {r.socket_errors}"
+                for r in nginx if r.non_2xx_3xx or r.socket_errors]  # fmt: skip
+    print("nginx answers: " + ("all 2xx/3xx, no socket errors" if all_ok else "; ".join(failures)))
     verdict = "met" if ratio >= target else "MISSED"
     print(f"target: ratio >= {target:.2f}x: {verdict}")
     print(summary)

@@ -150,7 +150,7 @@ def test_nginx_render_writes_the_config(cli_env: Settings) -> None:
     code, out, _ = tbhub("nginx", "render")
     assert code == 0
     conf = cli_env.data_dir / "nginx" / "nginx.conf"
-    assert str(conf) in out and "auth_request /_auth/board;" in conf.read_text()
+    assert str(conf) in out and "location = /_auth/board {" in conf.read_text()
 
 
 def test_demo_while_another_server_holds_the_data_dir_changes_nothing(cli_env: Settings) -> None:

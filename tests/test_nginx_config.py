@@ -60,9 +60,12 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
 
 def test_board_location_routes_by_the_hook_answer(tmp_path: Path) -> None:
     text = render_config(make_settings(tmp_path))
-    assert "auth_request_set $board_upstream $upstream_http_x_board_upstream;" in text
-    # Through the pool of kept connections (Lua's balancer, installed by make test).
+    # Through the pool of kept connections (Lua's balancer, installed by make test), with
+    # the hook's answers kept in the workers' shared memory.
     assert lua_modules(find_nginx("nginx")), "install libnginx-mod-http-lua and lua-resty-core"
+    assert 'access_by_lua_block { require("tbhub_gate").judge() }' in text
+    assert "auth_request /_auth/board;" not in text and "proxy_cache tbhub_auth;" not in text
+    assert "lua_shared_dict tbhub_auth_answers 10m;" in text
     assert "proxy_pass http://$board_pool;" in text
     pool = text.split("upstream tbhub_boards {", 1)[1].split("\n    }\n", 1)[0]
     assert "balancer_by_lua_block" in pool and "keepalive 128;" in pool
@@ -88,6 +91,9 @@ def test_without_lua_boards_are_proxied_a_connection_per_request(
     text = render_config(settings)
     assert "proxy_pass http://$board_upstream;" in text
     assert "load_module" not in text and "tbhub_boards" not in text
+    # The hook's answers through auth_request and nginx's cache of them instead.
+    assert "auth_request_set $board_upstream $upstream_http_x_board_upstream;" in text
+    assert "proxy_cache tbhub_auth;" in text and "_by_lua" not in text
     conf = write_config(settings)
     command = [find_nginx("nginx"), "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
                "-e", str(tmp_path / "e.log")]  # fmt: skip

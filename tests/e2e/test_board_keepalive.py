@@ -1,10 +1,13 @@
 """nginx keeps its connections to a board open and reuses them (Lua's balancer and a pool,
 nginx/tbhub.conf.j2; the board serves HTTP/1.1 keep-alive, board_process.board_server), and
-a board under load through nginx answers every request, as a process and as a container."""
+a board under load through nginx answers every request, as a process and as a container,
+also while it is replaced by a new one (the pool's connections to the old board drain, the
+new board's are opened: no request is reset or refused)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,8 +16,8 @@ import psutil
 import pytest
 
 from tests.e2e.containers import started_board
-from tests.e2e.harness import TbhubServer
-from tests.e2e.healing import JSON, board_row
+from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.healing import JSON, Load, board_row, restart_reasons
 from tests.e2e.test_boards import wait_for_board
 
 CONNECTIONS, REQUESTS_EACH = 64, 25
@@ -96,3 +99,41 @@ def test_a_container_board_under_load_answers_every_request(
     outcomes = hammer(server, alice.cookies)
     assert len(outcomes) == CONNECTIONS * REQUESTS_EACH
     assert set(outcomes) == {"200"}, {o: outcomes.count(o) for o in set(outcomes)}
+
+
+def restart_under_load(server: TbhubServer, alice: httpx.Client) -> None:
+    """64 clients read the board through nginx while it is restarted (a new instance, the
+    switch, the old one drained and stopped): every request answers 200."""
+    old = board_row(server)
+    with Load(alice, PATHS[0], connections=CONNECTIONS) as load:
+        time.sleep(1)
+        server.cli("admin", "board", "restart", "vision")
+        wait_until(
+            lambda: board_row(server).instance_id not in (None, old.instance_id),
+            timeout=90,
+            what="the upstream to switch to the new board",
+        )
+        wait_until(
+            lambda: board_row(server).draining_instance_id is None,
+            timeout=90,
+            what="the old board to drain and stop",
+        )
+        time.sleep(1)  # requests on the pool's connections to the new board only
+    assert load.failures == [], f"{len(load.failures)} failed of {load.ok + len(load.failures)}"
+    assert load.ok > 200, "the load ran through the swap"
+    new = board_row(server)
+    assert new.observed_state == "ready" and new.upstream != old.upstream
+    assert restart_reasons(server) == ["admin"]
+
+
+def test_a_board_restarted_under_load_answers_every_request(server: TbhubServer) -> None:
+    alice = server.sign_in("alice", "alice-password")
+    wait_for_board(alice, "vision")
+    restart_under_load(server, alice)
+
+
+def test_a_container_board_restarted_under_load_answers_every_request(
+    make_server: Callable[..., TbhubServer], docker_client: object, installation: str
+) -> None:
+    server, alice = started_board(make_server, installation, "docker")
+    restart_under_load(server, alice)

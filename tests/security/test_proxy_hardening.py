@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tbhub.core.models import AuditEvent
 from tbhub.core.settings import Settings
 from tbhub.http.proxy_hop import HOP_HEADER, hop_key
+from tbhub.serve import nginx as nginx_module
 from tbhub.serve.nginx import render_config
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.forms import form_token
@@ -29,17 +30,33 @@ def locations(text: str) -> dict[str, str]:
     return {name.strip(): body for name, body in LOCATION.findall(text)}
 
 
-def test_the_auth_cache_key_holds_exactly_the_headers_the_hook_judges(tmp_path: Path) -> None:
-    hook = locations(render_config(make_settings(tmp_path)))["= /_auth/board"]
-    key = re.search(r'proxy_cache_key "([^"]+)";', hook)
+def cache_key_variables(text: str) -> set[str]:
+    """The nginx variables the cache of hook answers is keyed on: in tbhub_gate's Lua
+    (nginx with Lua), else in the hook location's proxy_cache_key."""
+    lua = re.search(r"local key = table\.concat\(\{(.*?)\}, \"\|\"\)", text, re.S)
+    if lua is not None:
+        return {f"${name}" for name in re.findall(r"var\.(\w+)", lua[1])}
+    key = re.search(r'proxy_cache_key "([^"]+)";', locations(text)["= /_auth/board"])
     assert key is not None
+    return set(re.findall(r"\$\w+", key[1]))
+
+
+@pytest.mark.parametrize("lua", [True, False], ids=["shared-memory", "proxy-cache"])
+def test_the_auth_cache_key_holds_exactly_the_headers_the_hook_judges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lua: bool
+) -> None:
+    if not lua:
+        monkeypatch.setattr(nginx_module, "lua_modules", lambda binary: [])
+    text = render_config(make_settings(tmp_path))
+    assert ("tbhub_gate" in text) is lua
+    hook = locations(text)["= /_auth/board"]
     judged = r"Host|Cookie|Authorization|X-Tbhub-Original-Uri"
     sent = dict(re.findall(rf"proxy_set_header ({judged}) (\$\w+);", hook))
     assert set(sent) == {"Host", "Cookie", "Authorization", "X-Tbhub-Original-Uri"}
     # The key holds each header's raw bytes as the hook gets them ($http_host, never $host:
     # nginx's lower-cased, port-less reading of the request line or Host); the whole raw URI
     # too, since a restricted dashboard's routes are refused where others are not.
-    assert set(re.findall(r"\$\w+", key[1])) == {*sent.values(), "$auth_board_project"}
+    assert cache_key_variables(text) == {*sent.values(), "$auth_board_project"}
 
 
 def test_only_the_control_plane_gets_the_hop_key(tmp_path: Path) -> None:
