@@ -258,10 +258,15 @@ class Uploader:
         assert self._remote is not None
         files = []
         for local, end, _ in batch:
-            with open(local.path, "rb") as fh:
-                data = fh.read(end)
+            try:
+                with open(local.path, "rb") as fh:
+                    data = fh.read(end)
+            except FileNotFoundError:  # removed since the walk: nothing to send
+                continue
             if len(data) == end:  # one that shrank since the walk waits for the next pass
                 files.append((local, data))
+        if not files:
+            return
         body = pack_batch([(local.rel, data) for local, data in files])
         try:
             response = self._request("POST", self.upload_url, content=body, headers={
