@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -42,14 +42,17 @@ def _png(rng: np.random.Generator) -> bytes:
 
 
 def write_mixed_run(logdir: Path, *, steps: int, seed: int) -> None:
-    """A run as training jobs log it, with TensorBoard's own writer: 8 scalars, 2 histograms
-    and 1 image per step."""
+    """A run as training jobs log it, with TensorBoard's own writer: 8 falling losses, 2
+    histograms and 1 image per step."""
     rng = np.random.default_rng(seed)
     writer = EventFileWriter(str(logdir), max_queue_size=1000, flush_secs=120)
     try:
         for step in range(steps):
-            values = [Summary.Value(tag=f"loss/{i}", simple_value=float(rng.random()))
-                      for i in range(8)]  # fmt: skip
+            # Losses as training logs them: falling, with noise (random values would look
+            # like a divergence to the run-health detectors at every step).
+            losses = [(1 + i) * np.exp(-step / 400) + 0.02 * rng.random() for i in range(8)]
+            values = [Summary.Value(tag=f"loss/{i}", simple_value=float(loss))
+                      for i, loss in enumerate(losses)]  # fmt: skip
             for i in range(2):
                 counts = rng.integers(0, 100, size=30).astype(float)
                 values.append(Summary.Value(tag=f"weights/{i}", histo=HistogramProto(
@@ -83,10 +86,62 @@ def log_tree(total_bytes: int, runs: int) -> Path:
     return cached(f"tree-{total_bytes >> 20}m-{runs}r", build) / "tree"
 
 
-def tree_arguments(doc: str, *, runs: int, size_mib: int) -> argparse.Namespace:
-    """--runs, --size-mib (of the log tree) and --json."""
+def mixed_tree(total_bytes: int, runs: int = 24) -> Path:
+    """A log tree as teams ship it, about `total_bytes` in all, written once and cached:
+    `runs` runs, each with a training event file of several MiB and an evaluation one
+    (TensorBoard's own writer; one run written, copied under the other names), a config,
+    hparams and ~100 small per-step sample files of 1-32 KiB; and a few runs with a large
+    checkpoint-like file of random bytes, which take half of the tree."""
+
+    def build(staging: Path) -> str:
+        rng = np.random.default_rng(7)
+        tree = staging / "tree"
+        events_each = total_bytes * 7 // 16 // runs  # 7/16 in event files, 1/2 checkpoints
+        probe = staging / "probe"
+        write_mixed_run(probe, steps=20, seed=0)
+        step_bytes = sum(f.stat().st_size for f in probe.iterdir()) // 20
+        first = staging / "first"
+        write_mixed_run(first / "train", steps=max(1, events_each * 4 // 5 // step_bytes), seed=1)
+        write_mixed_run(first / "eval", steps=max(1, events_each // 5 // step_bytes), seed=2)
+        small = 0
+        for index in range(runs):
+            run = tree / f"run-{index:02d}"
+            for part in ("train", "eval"):
+                (run / part).mkdir(parents=True)
+                for source in (first / part).iterdir():
+                    shutil.copyfile(source, run / part / source.name)
+            (run / "hparams.yaml").write_text(f"lr: {1e-3 * (index + 1)}\nbatch: 64\n")
+            (run / "config.json").write_text('{"model": "resnet50", "epochs": 90}\n' * 40)
+            samples = run / "samples"
+            samples.mkdir()
+            for step in range(100):
+                size = int(rng.integers(1 << 10, 32 << 10))
+                (samples / f"step-{step:04d}.json").write_bytes(
+                    rng.integers(32, 127, size=size, dtype=np.uint8).tobytes()
+                )
+                small += size
+        checkpoints = max(1, runs // 4)
+        each = max(1 << 20, total_bytes // 2 // checkpoints)
+        for index in range(checkpoints):
+            target = tree / f"run-{index * 4:02d}" / "checkpoints" / "model-final.pt"
+            target.parent.mkdir()
+            with open(target, "wb") as fh:
+                for _ in range(each >> 20):
+                    fh.write(rng.bytes(1 << 20))
+        return (f"{runs} runs: event files of {events_each >> 20} MiB, {checkpoints} "
+                f"checkpoints of {each >> 20} MiB, {runs * 102} small files\n")  # fmt: skip
+
+    return cached(f"mixed-{total_bytes >> 20}m-{runs}r", build) / "tree"
+
+
+def tree_arguments(
+    doc: str, *, runs: int, size_mib: int,
+    extra: Callable[[argparse.ArgumentParser], None] = lambda parser: None,
+) -> argparse.Namespace:  # fmt: skip
+    """--runs, --size-mib (of the log tree), --json, and what `extra` adds."""
     parser = arguments(doc, runs=runs)
     parser.add_argument("--size-mib", type=at_least(1), default=size_mib, help="the tree's size")
+    extra(parser)
     return parser.parse_args()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tbhub.core.upload_protocol import content_digest
+from tbhub.core.upload_protocol import content_digest, pack_batch
 from tests.api.conftest import Team
 
 CALLERS = [None, "eve", "carol", "bob", "alice", "root",
@@ -30,6 +30,7 @@ MATRIX: dict[str, list[int]] = {
     "read trash":      [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "restore run":     [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload a chunk":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
+    "upload a batch":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "upload offsets":  [401, 404, 403, 200, 200, 200, 403, 200, 200, 200, 404],
     "list run files":  [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
     "download a file": [401, 404, 200, 200, 200, 200, 200, 200, 200, 200, 404],
@@ -58,6 +59,7 @@ MATRIX: dict[str, list[int]] = {
 }  # fmt: skip
 
 Action = Callable[[Team, dict[str, str]], httpx.Response]
+_BATCH = pack_batch([("hparams.yaml", b"lr: 0.1\n")])
 _names = count()
 
 
@@ -123,6 +125,15 @@ ACTIONS: dict[str, Action] = {
         f"/api/v1/projects/vision/runs/{_new_run(t)}/files/events.out.tfevents.1",
         content=b"x",
         headers={**h, "Upload-Offset": "0", "Content-Digest": content_digest(b"x")},
+    ),
+    "upload a batch": lambda t, h: t.client.post(
+        f"/api/v1/projects/vision/runs/{_new_run(t)}/files/",
+        content=_BATCH,
+        headers={
+            **h,
+            "Content-Type": "application/x-tar",
+            "Content-Digest": content_digest(_BATCH),
+        },
     ),
     "upload offsets": lambda t, h: t.client.get(
         f"/api/v1/projects/vision/runs/{_new_run(t)}/files/", headers=h

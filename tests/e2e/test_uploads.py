@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import os
 import signal
 import struct
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +30,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from tbhub.client.upload import Uploader
 from tbhub.core.models import RetentionOverride
-from tbhub.core.upload_protocol import content_digest
+from tbhub.core.upload_protocol import content_digest, pack_batch
 from tbhub.domain.projects import get_project
 from tbhub.storage.sample_logs import scalar_value, write_run
 from tbhub.storage.tfrecord import framed
@@ -442,3 +444,103 @@ def test_every_file_name_length_is_uploaded_or_refused_with_400(site: Site) -> N
                 assert response.status_code == 400, response.text
                 error = response.json()["error"]
                 assert error["code"] == "name_too_long" and "shorten it" in error["message"]
+
+
+def small_tree(root: Path, count: int) -> dict[str, bytes]:
+    """`count` small files of 1-20 KB in nested directories, a small event file and an
+    empty file: what a run's sample, config and profile files look like."""
+    files = {f"samples/{i // 50}/step-{i:04d}.json": os.urandom(1000 + 97 * i % 19_000)
+             for i in range(count)}  # fmt: skip
+    files["events.out.tfevents.1700000000.small.1.0"] = framed(b"a") + framed(b"b" * 3000)
+    files["empty.txt"] = b""
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def counting_client(site: Site, methods: list[str]) -> httpx.Client:
+    client = site.server.token_client(site.token)
+    client.event_hooks["request"] = [lambda request: methods.append(request.method)]
+    return client
+
+
+def test_small_files_go_in_a_few_batch_requests_and_arrive_whole(
+    site: Site, tmp_path: Path
+) -> None:
+    files = small_tree(tmp_path / "local", 300)
+    run = site.new_run("vision", "batched")
+    methods: list[str] = []
+    with counting_client(site, methods) as client:
+        report = Uploader(client, str(run["upload_url"]), tmp_path / "local").sync(final=True)
+    assert (report.files, report.bytes_sent) == (len(files), sum(map(len, files.values())))
+    stored = site.server.storage / "vision" / str(run["path"])
+    assert {p.relative_to(stored).as_posix(): p.read_bytes()
+            for p in stored.rglob("*") if p.is_file()} == files  # fmt: skip
+    # 3 MiB of small files in one batch; the server takes at most 1 MiB a request here, so
+    # the uploader halves its batches on the 413 until they fit: 1 + 2 + 4 requests.
+    assert methods.count("POST") <= 10 and "PATCH" not in methods, methods
+    listed = {f["path"]: f for f in site.api.get(str(run["upload_url"])).json()["files"]}
+    assert all(listed[rel]["offset"] == len(data) for rel, data in files.items())
+
+
+def test_a_batch_that_fails_its_digest_or_holds_a_bad_member_writes_nothing(
+    site: Site, tmp_path: Path
+) -> None:
+    run = site.new_run("vision", "bad-batch")
+    stored = site.server.storage / "vision" / str(run["path"])
+    good = pack_batch([("a.txt", b"one"), ("b/c.txt", b"two")])
+    long = pack_batch([("a.txt", b"x" * 2000)])
+    link = tarfile.TarInfo("link")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    symlinked = io.BytesIO()
+    with tarfile.open(fileobj=symlinked, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("first.txt"), io.BytesIO(b""))
+        tar.addfile(link)
+    for body, digest, code in [
+        (good, content_digest(b"other"), "checksum_mismatch"),
+        (pack_batch([("ok.txt", b"1"), ("../escape.txt", b"2")]), None, "unsafe_path"),
+        (symlinked.getvalue(), None, "bad_request"),
+        (long[:1000], None, "bad_request"),  # cut inside its file
+    ]:
+        response = site.api.post(str(run["upload_url"]), content=body, headers={
+            "Content-Type": "application/x-tar",
+            "Content-Digest": digest or content_digest(body)})  # fmt: skip
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == code
+        assert not stored.exists() or list(stored.rglob("*")) == []
+    untyped = site.api.post(str(run["upload_url"]), content=good,
+                            headers={"Content-Digest": content_digest(good)})  # fmt: skip
+    assert untyped.status_code == 400 and "application/x-tar" in untyped.text
+
+
+def test_a_batch_refused_for_a_file_the_server_holds_part_of_goes_file_by_file(
+    site: Site, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    local.mkdir()
+    run = site.new_run("vision", "batch-fallback")
+    uploader = Uploader(site.api, str(run["upload_url"]), local)
+    uploader.sync(final=True)  # remembers that the server holds nothing
+    files = small_tree(local, 40)
+    events = next(rel for rel in files if "tfevents" in rel)
+    first_record = framed(b"a")
+    # Another uploader got the event file's first record there meanwhile.
+    site.api.patch(f"{run['upload_url']}{events}", content=first_record, headers={
+        "Upload-Offset": "0", "Content-Digest": content_digest(first_record)})  # fmt: skip
+    uploader.sync(final=True)
+    stored = site.server.storage / "vision" / str(run["path"])
+    assert {p.relative_to(stored).as_posix(): p.read_bytes()
+            for p in stored.rglob("*") if p.is_file()} == files  # fmt: skip
+
+
+def test_an_unchanged_tree_uploaded_again_sends_nothing(site: Site, tmp_path: Path) -> None:
+    small_tree(tmp_path / "local", 30)
+    env = {**os.environ, "TBHUB_URL": site.server.base_url, "TBHUB_TOKEN": site.token,
+           "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
+    command = [TBHUB, "upload", str(tmp_path / "local"), "--project", "vision", "--json"]
+    runs = [subprocess.run(command, env=env, capture_output=True, text=True, check=True,
+                           timeout=120) for _ in range(2)]  # fmt: skip
+    sent = [json.loads(done.stdout) for done in runs]
+    assert sent[0]["run"] == sent[1]["run"]
+    assert sent[0]["bytes_sent"] > 0 and sent[1]["bytes_sent"] == 0

@@ -5,6 +5,7 @@
     GET   .../files/<path>    the same as JSON
     PATCH .../files/<path>    append a chunk at Upload-Offset, checked by Content-Digest
     PUT   .../files/<path>    a whole file in one request (offset 0, complete)
+    POST  .../files/          many whole files in one request: a tar body (small files)
 
 The caller needs the editor role or a write token for the project. The body is read only
 after that check and never more than TBHUB_UPLOAD_MAX_CHUNK_BYTES of it; the database is used
@@ -27,6 +28,7 @@ from tbhub.auth.caller import require_project
 from tbhub.core.errors import AlreadyExists, BadRequest, OffsetMismatch, TooLarge
 from tbhub.core.models import RetentionState, Role
 from tbhub.core.upload_protocol import (
+    BATCH_TYPE,
     COMPLETE_HEADER,
     MAX_PATH_BYTES,
     OFFSET_HEADER,
@@ -128,6 +130,13 @@ CHUNK_BODY = {
     }
 }
 
+BATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {BATCH_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
 
 class FileOut(BaseModel):
     path: str
@@ -166,6 +175,10 @@ def _out(state: FileState) -> JSONResponse:
     return JSONResponse(state.as_json(), headers=_headers(state))
 
 
+def _files_out(states: list[FileState]) -> FilesOut:
+    return FilesOut(files=[FileOut(**state.as_json()) for state in states])  # type: ignore[arg-type]
+
+
 def _headers(state: FileState) -> dict[str, str]:
     return {OFFSET_HEADER: str(state.offset), COMPLETE_HEADER: "?1" if state.complete else "?0"}
 
@@ -176,7 +189,7 @@ async def list_run_files(
 ) -> FilesOut:
     target = await run_in_threadpool(_target, request, context, project, run_id)
     files = await run_in_threadpool(receive.list_files, target)
-    return FilesOut(files=[FileOut(**state.as_json()) for state in files])  # type: ignore[arg-type]
+    return _files_out(files)
 
 
 @router.head(
@@ -254,6 +267,29 @@ async def put_file(
     return await _receive(
         request, context, project, run_id, path, offset=0, digest=content_digest, complete=True
     )
+
+
+@router.post(
+    "/",
+    response_model=FilesOut,
+    responses=ERRORS,  # type: ignore[arg-type]
+    openapi_extra=BATCH_BODY,
+    summary="Upload many whole files in one request: a tar of them, each written as a PUT",
+)
+async def upload_batch(
+    request: Request,
+    context: ContextDep,
+    project: ProjectInPath,
+    run_id: RunId,
+    content_digest: DigestHeader = None,
+) -> FilesOut:
+    target = await run_in_threadpool(_target, request, context, project, run_id)
+    if request.headers.get("content-type", "").split(";")[0].strip() != BATCH_TYPE:
+        raise BadRequest(f"send a batch as `Content-Type: {BATCH_TYPE}`, a tar of whole files")
+    sha256 = expected_sha256(content_digest)
+    body = await _read_body(request, context.settings.upload_max_chunk_bytes)
+    states = await run_in_threadpool(receive.receive_batch, target, body, sha256=sha256)
+    return _files_out(states)
 
 
 async def _receive(

@@ -31,18 +31,22 @@ import httpx
 from tbhub.client.http import ApiError, error_from
 from tbhub.core.errors import TbhubError
 from tbhub.core.upload_protocol import (
+    BATCH_TYPE,
     COMPLETE_HEADER,
     DIGEST_HEADER,
+    MAX_BATCH_FILES,
     OFFSET_HEADER,
     check_upload_path,
     content_digest,
     is_event_file,
+    pack_batch,
 )
 from tbhub.storage.tfrecord import chunk_ends, whole_records_end
 
 log = logging.getLogger("tbhub.client.upload")
 
 MIN_CHUNK = 1 << 16
+TAR_OVERHEAD = 1024  # a file's header and padding in a batch, at most (short names)
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 Progress = Callable[[int, int], None]  # (bytes sent so far, bytes to send in this pass)
 
@@ -84,6 +88,9 @@ class _Local:
     mtime: float
 
 
+Planned = tuple[_Local, int, bool]  # a file, send it up to this byte, finish it
+
+
 class Uploader:
     def __init__(
         self,
@@ -96,6 +103,7 @@ class Uploader:
         backoff: float = 0.5,
         settle_seconds: float = 5.0,
         parallel: int = 8,
+        batch_bytes: int = 4 << 20,
         on_progress: Progress | None = None,
     ) -> None:
         self.http = http
@@ -106,6 +114,7 @@ class Uploader:
         self.backoff = backoff
         self.settle_seconds = settle_seconds  # a non-event file unchanged this long is done
         self.parallel = parallel
+        self.batch_bytes = batch_bytes  # small files go this many bytes a request; 0: one each
         self.on_progress = on_progress
         self._remote: dict[str, _Remote] | None = None
         self._lock = threading.Lock()  # one pass at a time
@@ -136,13 +145,35 @@ class Uploader:
                 if self.on_progress is not None:
                     self.on_progress(done, todo)
 
+            small, large = self._batches(plan)
             with ThreadPoolExecutor(self.parallel, thread_name_prefix="tbhub-upload") as pool:
-                for future in [pool.submit(self._send_file, *item, sent) for item in plan]:
+                futures = [pool.submit(self._send_batch, batch, sent) for batch in small]
+                futures += [pool.submit(self._send_file, *item, sent) for item in large]
+                for future in futures:
                     future.result()  # the first failure, after every file had its go
             self.total.add(report)
             return report
 
-    def _plan(self, files: list[_Local], final: bool) -> Iterator[tuple[_Local, int, bool]]:
+    def _batches(self, plan: list[Planned]) -> tuple[list[list[Planned]], list[Planned]]:
+        """Small files the server holds nothing of, in batches of whole files (one request
+        each, as rsync pipelines small files), and the files sent chunk by chunk."""
+        assert self._remote is not None
+        limit = min(self.batch_bytes, self.chunk_bytes)
+        batches: list[list[Planned]] = [[]]
+        large, size = [], 0
+        for item in plan:
+            local, end, _ = item
+            if self._remote[local.rel].offset or end > limit // 4 or not self.batch_bytes:
+                large.append(item)
+                continue
+            if size + end + TAR_OVERHEAD > limit or len(batches[-1]) == MAX_BATCH_FILES:
+                batches.append([])
+                size = 0
+            batches[-1].append(item)
+            size += end + TAR_OVERHEAD
+        return [batch for batch in batches if batch], large
+
+    def _plan(self, files: list[_Local], final: bool) -> Iterator[Planned]:
         """(file, send up to this byte, finish it) for every file with something to send."""
         assert self._remote is not None
         now = time.time()
@@ -220,6 +251,45 @@ class Uploader:
                 sent(len(chunk))
         if complete:
             remote.mtime = local.mtime
+
+    def _send_batch(self, batch: list[Planned], sent: Callable[[int], None]) -> None:
+        """Whole small files in one request; should the server refuse it for an offset (it
+        holds something of one of them after all) or its size, each goes on its own."""
+        assert self._remote is not None
+        files = []
+        for local, end, _ in batch:
+            try:
+                with open(local.path, "rb") as fh:
+                    data = fh.read(end)
+            except FileNotFoundError:  # removed since the walk: nothing to send
+                continue
+            if len(data) == end:  # one that shrank since the walk waits for the next pass
+                files.append((local, data))
+        if not files:
+            return
+        body = pack_batch([(local.rel, data) for local, data in files])
+        try:
+            response = self._request("POST", self.upload_url, content=body, headers={
+                DIGEST_HEADER: content_digest(body), "Content-Type": BATCH_TYPE})  # fmt: skip
+        except UploadError as exc:
+            if exc.http_status == 413 and len(batch) > 1:  # the server allows less: halves
+                self.batch_bytes = max(MIN_CHUNK, len(body) // 2)
+                self._send_batch(batch[: len(batch) // 2], sent)
+                self._send_batch(batch[len(batch) // 2 :], sent)
+                return
+            if exc.http_status not in (409, 413):
+                raise
+            for item in batch:
+                self._send_file(*item, sent)
+            return
+        held = {item["path"]: item for item in response.json()["files"]}
+        for local, data in files:
+            remote = self._remote[local.rel]
+            remote.offset = int(held[local.rel]["offset"])
+            remote.complete = bool(held[local.rel]["complete"])
+            if remote.complete:
+                remote.mtime = local.mtime
+            sent(len(data))
 
     def _chunk_end(self, data: bytes | mmap.mmap, offset: int, end: int, rel: str) -> int:
         """Where the chunk from `offset` ends: for an event file, where its last whole record

@@ -4,6 +4,8 @@
     HEAD  <upload_url><path>   -> Upload-Offset: N, Upload-Complete: ?0|?1
     PATCH <upload_url><path>   Upload-Offset: N, Content-Digest: sha-256=:<base64>:,
                                [Upload-Complete: ?1]; body = the bytes from N on
+    POST  <upload_url>         Content-Type: application/x-tar, Content-Digest of the body;
+                               body = a tar of whole files, each written as a PUT would
 
 The header names follow the IETF resumable-uploads draft; the digest is RFC 9530's.
 """
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import re
+import tarfile
 
 from tbhub.core.errors import BadRequest, ChecksumMismatch, NameTooLong, UnsafePath
 
@@ -28,6 +32,8 @@ MAX_NAME_BYTES = 255  # a directory's name: the filesystem's limit
 # A file's name leaves room for the hidden name beside it ('.' + name + suffix).
 MAX_FILE_NAME_BYTES = MAX_NAME_BYTES - 1 - max(len(suffix) for suffix in HIDDEN_SUFFIXES)
 MAX_OFFSET = 2**63 - 1
+BATCH_TYPE = "application/x-tar"
+MAX_BATCH_FILES = 1000  # whole files in one batch request
 _SHA256_MEMBER = re.compile(r"\s*sha-256\s*=\s*:([A-Za-z0-9+/]{43}=):\s*")
 
 
@@ -112,3 +118,44 @@ def parse_complete(header: str | None) -> bool:
     if header == "?1":
         return True
     raise BadRequest(f"{COMPLETE_HEADER} is `?1` (this chunk ends the file) or `?0`")
+
+
+def pack_batch(files: list[tuple[str, bytes | memoryview]]) -> bytes:
+    """Whole files (path inside the run, bytes) as one tar body for a batch upload."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in files:
+            member = tarfile.TarInfo(path)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+def unpack_batch(body: bytes) -> list[tuple[list[str], bytes]]:
+    """The files of a batch body (each path checked), or BadRequest/UnsafePath naming what is
+    wrong with it; nothing is written before the whole body has been read this way."""
+    files: list[tuple[list[str], bytes]] = []
+    seen: set[str] = set()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+            for member in tar:
+                if not member.isreg():
+                    raise BadRequest(
+                        f"{member.name!r} in the batch is not a plain file; send only files "
+                        "(their directories are made for them)"
+                    )
+                if member.name in seen or len(files) == MAX_BATCH_FILES:
+                    raise BadRequest(
+                        f"a batch holds each path once and at most {MAX_BATCH_FILES} files; "
+                        "split it"
+                    )
+                seen.add(member.name)
+                parts = check_upload_path(member.name)
+                reader = tar.extractfile(member)
+                assert reader is not None  # a regular member always has one
+                files.append((parts, reader.read()))
+    except tarfile.TarError as exc:
+        raise BadRequest(
+            f"the batch body is not a whole tar archive ({exc}); send files as `tar cf` writes them"
+        ) from None
+    return files

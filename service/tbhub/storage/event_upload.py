@@ -92,8 +92,12 @@ def append_events(
                 tail.append(data)
             else:
                 keep = cut - tail.end
-                write_durably(fd, tail.read() + data[:keep], tail.visible)
+                held = tail.read()  # usually nothing: chunks end where records end
+                whole = held + data[:keep] if held else memoryview(data)[:keep]
+                write_durably(fd, whole, tail.visible)
                 tail.replace(cut, data[keep:])
+            if checked:
+                os.fsync(dir_fd)  # the new file's name is as durable as its first bytes
             return tail.end + len(data)
         finally:
             tail.close()

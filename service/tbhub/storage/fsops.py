@@ -50,8 +50,11 @@ def open_dir(path: Path) -> int:
         raise ConfigError(f"{path} does not exist; create it or fix the setting") from None
 
 
-def open_below(dir_fd: int, parts: list[str], *, create: bool = False) -> int:
-    """Descend `parts` from `dir_fd` without following any symlink; a new fd to close."""
+def open_below(
+    dir_fd: int, parts: list[str], *, create: bool = False, durable: bool = False
+) -> int:
+    """Descend `parts` from `dir_fd` without following any symlink; a new fd to close.
+    `durable`: a directory this makes is on disk in its parent before this returns."""
     if not parts:
         return os.dup(dir_fd)
     fd = dir_fd  # not ours to close until the first step is taken
@@ -60,6 +63,8 @@ def open_below(dir_fd: int, parts: list[str], *, create: bool = False) -> int:
             if create:
                 with suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    if durable:
+                        os.fsync(fd)
             try:
                 child = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:

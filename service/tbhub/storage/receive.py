@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbhub.core.errors import InsufficientStorage
-from tbhub.core.upload_protocol import check_digest
+from tbhub.core.upload_protocol import check_digest, unpack_batch
 from tbhub.storage import uploads
 from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.paths import open_project
@@ -40,7 +40,11 @@ class UploadTarget:
         except FileNotFoundError:
             project = None
         try:
-            fd = None if project is None else open_below(project, parts, create=create)
+            fd = (
+                None
+                if project is None
+                else open_below(project, parts, create=create, durable=create)
+            )
         except FileNotFoundError:
             fd = None
         finally:
@@ -97,11 +101,32 @@ def receive_chunk(
 ) -> FileState:
     """Check the chunk against its digest, then write it; durable before this returns."""
     check_digest(sha256, hashlib.sha256(data).digest())
+    return _write(target, [(parts, offset, data, complete)])[0]
+
+
+def receive_batch(target: UploadTarget, body: bytes, *, sha256: bytes) -> list[FileState]:
+    """A batch of whole files (a tar body, see core/upload_protocol.py), checked against its
+    digest and read whole before anything is written, then each file written as a PUT of it
+    would be, in order; all durable before this returns. A failure stops the batch: the
+    files before it are whole under their names, the rest untouched."""
+    check_digest(sha256, hashlib.sha256(body).digest())
+    files = unpack_batch(body)
+    return _write(target, [(parts, 0, data, True) for parts, data in files])
+
+
+Chunk = tuple[list[str], int, bytes, bool]  # path parts, offset, bytes, ends the file
+
+
+def _write(target: UploadTarget, chunks: list[Chunk]) -> list[FileState]:
+    """Each chunk written in order into the run, durable before the next."""
+    states = []
     with target.run_dir(create=True) as run_fd:
         assert run_fd is not None
-        before = uploads.file_state(run_fd, parts).offset
-        state = uploads.append_chunk(
-            run_fd, parts, offset=offset, data=data, complete=complete, room=target.room()
-        )
-    target.usage.wrote(target.project, target.run_path, max(0, state.offset - before))
-    return state
+        for parts, offset, data, complete in chunks:
+            before = uploads.file_state(run_fd, parts).offset
+            state = uploads.append_chunk(
+                run_fd, parts, offset=offset, data=data, complete=complete, room=target.room()
+            )
+            target.usage.wrote(target.project, target.run_path, max(0, state.offset - before))
+            states.append(state)
+    return states

@@ -5,9 +5,9 @@ Two kinds of file, because the board reads them differently:
 - **Event files** (any name containing `tfevents`, TensorBoard's own test) are appended in
   place, by whole TFRecord records only: storage/event_upload.py.
 - **Other files** (hparams.yaml, profiles, ...) grow under `.<name>.tbhub-partial` beside
-  their final name, and the chunk that says it is the last is followed by fsync and a rename,
-  so the final name only ever holds a whole file. That partial name never contains
-  `tfevents`, so no board reads it.
+  their final name, and the chunk that says it is the last is followed by a rename and an
+  fsync of the directory, so the final name only ever holds a whole file. That partial name
+  never contains `tfevents`, so no board reads it.
 
 A chunk is checked against its digest before one byte of it is written and must start
 exactly where the server's copy ends, so that copy is always a byte prefix of the job's own
@@ -85,7 +85,7 @@ def _state_in(dir_fd: int, parts: list[str]) -> FileState:
 def _parent(run_fd: int, parts: list[str], *, create: bool) -> Iterator[int | None]:
     """The directory holding the file, walked without symlinks; None if it does not exist."""
     try:
-        fd = open_below(run_fd, parts[:-1], create=create)
+        fd = open_below(run_fd, parts[:-1], create=create, durable=create)
     except FileNotFoundError:
         yield None
         return
@@ -204,7 +204,7 @@ def _append_file(
                 "send the rest from there",
                 offset=size,
             )
-        os.fsync(fd)
+        # No fsync of the file here: every byte of it went through write_durably already.
         if is_dir(dir_fd, name):
             raise UnsafePath(f"{path} is a directory in the run; choose another file name")
         os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
