@@ -22,6 +22,7 @@ written. Target: <= 10% of a core.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ from tbhub.domain.runs import RunFields, register_run
 from tbhub.domain.watcher import StorageWatcher
 from tbhub.health.monitor import HealthMonitor
 from tbhub.storage.event_health import Healer
-from tbhub.storage.scalars import ScalarCache
+from tbhub.storage.scalars import ScalarCache, load_reader
 
 PROJECT = "bench"
 SCALARS_PER_SECOND = 10
@@ -183,6 +184,11 @@ def main() -> None:
         settings, files = install(work, args.runs_active)
         factory = make_session_factory(make_engine(settings.db_url))
         monitor = HealthMonitor(settings, factory, ScalarCache(settings.storage))
+        # As `tbhub serve` does before its duties start: what start-up made (modules, the
+        # reader's protos) is frozen out of the collector's sight.
+        load_reader()
+        gc.collect()
+        gc.freeze()
         before = set(threading.enumerate())
         feeder = start_feed(args.feed, settings, factory, monitor, files)
         watcher_threads = [t for t in threading.enumerate() if t not in before]
