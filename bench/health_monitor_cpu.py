@@ -9,7 +9,10 @@ each on from where it stopped, runs the detectors and records nothing (the curve
 healthy). What tells it: `--feed watcher` (default), the storage watcher as `tbhub serve`
 runs it (inotify, feeding the runs table, with the registered runs' claims and the
 rewritten-file healer); `--feed direct`, a thread that hands over every
-file once a second, which is what a watcher that keeps up would report.
+file once a second, which is what a watcher that keeps up would report; `--feed passes`, no
+threads and no writer process: each pass, this process appends a second of writing to every
+run, hands every file over and times one pass in its own CPU time (`--window` passes a
+window, after `--settle` passes), which a busy host disturbs least.
 
 The figure is the monitor thread's own CPU time over each window, in % of one core (the
 watcher's threads and the process in all are reported beside it); median over the windows.
@@ -17,13 +20,16 @@ Beside it, the bytes written and read in each window: a monitor that keeps up re
 written. Target: <= 10% of a core.
 
     .venv/bin/python bench/health_monitor_cpu.py [--runs 3] [--window 20]
-        [--runs-active 1000] [--feed watcher|direct] [--json]
+        [--runs-active 1000] [--feed watcher|direct|passes] [--json]
 """
 
 from __future__ import annotations
 
+import argparse
+import gc
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -34,6 +40,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from _health_writes import write_second
 from _processes import temp_dir
 from _reports import arguments, emit_report, median
 from tbhub.core.db import make_engine, make_session_factory, transaction, upgrade
@@ -45,24 +52,19 @@ from tbhub.domain.runs import RunFields, register_run
 from tbhub.domain.watcher import StorageWatcher
 from tbhub.health.monitor import HealthMonitor
 from tbhub.storage.event_health import Healer
-from tbhub.storage.scalars import ScalarCache
+from tbhub.storage.scalars import ScalarCache, load_reader
 
 PROJECT = "bench"
 SCALARS_PER_SECOND = 10
 TARGET_PERCENT = 10.0
 
-# The writer: appends framed Event records to every run's event file, 10 scalars a second
-# each, one flush a second per run, the runs spread over the second.
+# The writer: appends framed Event records to every run's event file (`write_second`), 10
+# scalars a second each, one flush a second per run, the runs spread over the second.
 WRITER = r"""
-import json, math, os, random, sys, time
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.compat.proto.summary_pb2 import Summary
-from tbhub.storage.tfrecord import framed
+import json, random, sys, time
+from _health_writes import write_second
 
-files, per_second = json.loads(sys.argv[1]), int(sys.argv[2])
-tags = ["train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "eval/loss",
-        "eval/accuracy", "throughput", "memory", "loss_scale", "tokens"][:per_second]
-handles = [open(path, "ab", buffering=0) for path in files]
+handles = [open(path, "ab", buffering=0) for path in json.loads(sys.argv[1])]
 rng = random.Random(0)
 step, started = 0, time.monotonic()
 while True:
@@ -71,13 +73,7 @@ while True:
         delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        chunk = []
-        for tag_index, tag in enumerate(tags):
-            value = (1 + 2 * math.exp(-step / 300)) * math.exp(rng.gauss(0, 0.05)) * (tag_index + 1)
-            event = Event(wall_time=time.time(), step=step,
-                          summary=Summary(value=[Summary.Value(tag=tag, simple_value=value)]))
-            chunk.append(framed(event.SerializeToString()))
-        handle.write(b"".join(chunk))
+        write_second([handle], step, rng)
     step += 1
     print(step, flush=True)
 """
@@ -170,12 +166,53 @@ def install(work: Path, runs: int) -> tuple[Settings, list[Path]]:
     return settings, files
 
 
+def measure_passes(monitor: HealthMonitor, files: list[Path], args: argparse.Namespace,
+                   project: str = PROJECT) -> list[Sample]:  # fmt: skip
+    """`--feed passes`: no threads and no host in the figure but this one's CPU. Each pass, a
+    second of writing is appended to every run (outside the measure), every file is handed
+    over, and one `run_pass` is timed in this thread's CPU time; a window is `--window`
+    passes. The figure is a pass's CPU in % of a core at one pass a second, which is how often
+    the monitor reads 1,000 runs (its rest, at most MAX_REST)."""
+    base = files[0].parent.parent
+    keys = {(project, str(f.relative_to(base))) for f in files}
+    handles = [f.open("ab", buffering=0) for f in files]
+    rng, step, samples = random.Random(0), 0, []
+    try:
+        for _ in range(int(args.settle)):  # the detectors' windows fill, the caches warm
+            write_second(handles, step, rng)
+            step += 1
+            monitor.event_files(keys)
+            monitor.run_pass()
+        for index in range(1, args.runs + 1):
+            cpu, read, written = [], monitor.stats.bytes_read, 0
+            for _ in range(int(args.window)):
+                sizes = sum(f.stat().st_size for f in files)
+                write_second(handles, step, rng)
+                step += 1
+                written += sum(f.stat().st_size for f in files) - sizes
+                monitor.event_files(keys)
+                started = time.thread_time()
+                monitor.run_pass()
+                cpu.append(time.thread_time() - started)
+            percent = 100 * median(cpu)
+            sample = Sample(index, sum(cpu), percent, 0.0, percent,
+                            monitor.stats.bytes_read - read, written, len(cpu))  # fmt: skip
+            samples.append(sample)
+            log(f"window {index}/{args.runs}: a pass {1000 * median(cpu):.1f} ms of CPU "
+                f"(median of {len(cpu)}), {percent:.2f}% of a core at a pass a second; "
+                f"{written} bytes written, {sample.bytes_read} read")  # fmt: skip
+    finally:
+        for handle in handles:
+            handle.close()
+    return samples
+
+
 def main() -> None:
     parser = arguments(__doc__, runs=3)
     parser.add_argument("--window", type=float, default=20.0, help="seconds per window")
     parser.add_argument("--runs-active", type=int, default=1000, help="runs writing")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds before measuring")
-    parser.add_argument("--feed", choices=("watcher", "direct"), default="watcher",
+    parser.add_argument("--feed", choices=("watcher", "direct", "passes"), default="watcher",
                         help="what tells the monitor which files changed")  # fmt: skip
     args = parser.parse_args()
     with temp_dir("tbhub-bench-health-cpu.") as work:
@@ -183,6 +220,15 @@ def main() -> None:
         settings, files = install(work, args.runs_active)
         factory = make_session_factory(make_engine(settings.db_url))
         monitor = HealthMonitor(settings, factory, ScalarCache(settings.storage))
+        # As `tbhub serve` does before its duties start: what start-up made (modules, the
+        # reader's protos) is frozen out of the collector's sight.
+        load_reader()
+        gc.collect()
+        gc.freeze()
+        if args.feed == "passes":
+            samples = measure_passes(monitor, files, args)
+            report(args, samples, monitor, factory)
+            return
         before = set(threading.enumerate())
         feeder = start_feed(args.feed, settings, factory, monitor, files)
         watcher_threads = [t for t in threading.enumerate() if t not in before]
@@ -191,8 +237,7 @@ def main() -> None:
         monitor_threads = [monitor._thread]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, json.dumps([str(f) for f in files]),
-             str(SCALARS_PER_SECOND)],
+            [sys.executable, "-c", WRITER, json.dumps([str(f) for f in files])],
             stdout=subprocess.PIPE, text=True, env=env, start_new_session=True,
         )  # fmt: skip
         samples: list[Sample] = []
@@ -228,19 +273,26 @@ def main() -> None:
             writer.wait(10)
             monitor.stop()
             feeder.stop()
-        with factory() as session:
-            running = session.query(Run).filter(Run.status == "running").count()
-            raised = session.query(Incident).count()
-        # Every run was read: the monitor heard of each file and followed it.
-        assert monitor.followed() >= args.runs_active * 0.99, monitor.followed()
+        report(args, samples, monitor, factory)
+
+
+def report(args: argparse.Namespace, samples: list[Sample], monitor: HealthMonitor,
+           factory: sessionmaker[Session]) -> None:  # fmt: skip
+    with factory() as session:
+        running = session.query(Run).filter(Run.status == "running").count()
+        raised = session.query(Incident).count()
+    # Every run was read: the monitor heard of each file and followed it.
+    assert monitor.followed() >= args.runs_active * 0.99, monitor.followed()
     figure = median([s.monitor_percent for s in samples])
     kept_up = sum(s.bytes_read for s in samples) / max(1, sum(s.bytes_written for s in samples))
     whole = figure / max(kept_up, 1e-9)  # at the same CPU per byte, reading all that came
     feed = median([s.watcher_percent for s in samples])
     process = median([s.process_percent for s in samples])
+    unit = " passes" if args.feed == "passes" else "s"
     summary = (f"health monitor with {args.runs_active} runs x {SCALARS_PER_SECOND} scalars/s, "
                f"fed by the {args.feed} feed: {figure:.2f}% of a core (median of {args.runs} "
-               f"windows of {args.window:.0f}s; feed {feed:.2f}%, whole process {process:.2f}%); "
+               f"windows of {args.window:.0f}{unit}; feed {feed:.2f}%, "
+               f"whole process {process:.2f}%); "
                f"it read {kept_up:.0%} of what was written (all of it: about {whole:.0f}% at "
                f"this CPU per byte); {raised} incidents on healthy curves; "
                f"target <= {TARGET_PERCENT:g}%")  # fmt: skip

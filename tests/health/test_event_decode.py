@@ -7,6 +7,7 @@ same scalars, steps and wall times as TensorBoard's loader."""
 from __future__ import annotations
 
 import math
+import re
 import struct
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from tbhub.storage.event_decode import decode_event
+import tbhub.storage.event_decode as event_decode
+from tbhub.storage.event_decode import decode_event, decode_simple
 from tbhub.storage.event_reader import _tensor_scalar, read_scalars
 from tbhub.storage.frame_check import frames
 from tbhub.storage.tfrecord import HEADER_BYTES
@@ -208,6 +210,62 @@ def test_malformed_records_are_declined() -> None:
     assert decode_event(merged, 0, len(merged)) is None
     inside = b"junk" + record + b"junk"  # the record's bounds are respected
     assert as_compared(record) == as_compared_at(inside, 4, 4 + len(record))
+
+
+def simple_events() -> list[Event]:
+    """One simple value per record, the same tags at steps of every varint length."""
+    steps = [0, 1, 127, 128, 300, 16383, 16384, 2**21, 2**40, 2**63 - 1, -1, -(2**63)]
+    values = [0.5, float("nan"), float("inf"), -0.0, 1e-45]  # five
+    return [
+        Event(
+            step=step,
+            wall_time=1.7e9 + step % 1000,
+            summary=Summary(value=[Summary.Value(tag=tag, simple_value=values[index % 5])]),
+        )
+        for index, step in enumerate(steps)
+        for tag in ("loss", "train/grad_norm", "ü" * 40)
+    ]
+
+
+def test_records_whose_summary_was_met_before_decode_as_protobuf_parses_them(
+    writer_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second time round every record is read at fixed places from the memo of summaries
+    met (the pattern is then made to match nothing), and gives what protobuf gives."""
+    every = [*(records(path) for path in writer_files.values()),
+             [e.SerializeToString() for e in simple_events()]]  # fmt: skip
+    memos: list[dict[bytes, str]] = [{} for _ in every]
+    first = [[decode_simple(r, 0, len(r), memo, "run/") for r in rs]
+             for rs, memo in zip(every, memos, strict=True)]  # fmt: skip
+    assert any(memos[:-1]) and memos[-1]  # torch's writer and tensorboardX write them
+    monkeypatch.setattr(event_decode, "_ONE_SIMPLE_VALUE", re.compile(rb"(?!)"))
+    for rs, memo, decoded_first in zip(every, memos, first, strict=True):
+        for record, before in zip(rs, decoded_first, strict=True):
+            again = decode_simple(record, 0, len(record), memo, "run/")
+            steps_read_at_fixed_places = Event.FromString(record).step in range(0, 2**14)
+            if before is None or not steps_read_at_fixed_places:
+                assert again is None
+                continue
+            assert again is not None and repr(again) == repr(before)
+            tag, step, wall_time, number = again
+            expected = by_protobuf(record)
+            assert (wall_time, step, [("run/" + tag.removeprefix("run/"), None, repr(number))]
+                    ) == (expected[0], expected[1], [("run/" + t, p, n)
+                                                     for t, p, n in expected[2] or []])  # fmt: skip
+
+
+def test_a_known_summary_after_other_fields_is_not_taken_for_one_simple_value() -> None:
+    record = Event(step=5, wall_time=2.0, summary=Summary(value=[
+        Summary.Value(tag="loss", simple_value=0.5)])).SerializeToString()  # fmt: skip
+    memo: dict[bytes, str] = {}
+    assert decode_simple(record, 0, len(record), memo) == ("loss", 5, 2.0, 0.5)
+    for cut in range(1, len(record)):  # every cut, with the summary known
+        decoded = decode_simple(record, 0, cut, memo)
+        assert decoded is None or by_protobuf(record[:cut])[2] == [
+            (decoded[0], None, repr(decoded[3]))], cut  # fmt: skip
+    file_version = Event(step=5, wall_time=2.0, file_version="brain.Event:2").SerializeToString()
+    assert decode_simple(file_version + record[9:], 0, len(file_version) + len(record) - 9,
+                         memo) is None  # fmt: skip
 
 
 def as_compared_at(data: bytes, start: int, end: int) -> object:

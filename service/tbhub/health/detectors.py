@@ -24,6 +24,7 @@ from tbhub.health.rules import RuleSet
 from tbhub.storage.event_reader import HistogramPoint, ScalarPoint
 
 MIN_POINTS = 20  # recent points a robust level needs before anything is called far from it
+LEVELS = ("divergence", "grad_explosion")  # the detectors of a curve's level
 PATIENCE = {"divergence": 3, "grad_explosion": 1}
 MAD_TO_SIGMA = 1.4826
 # The least spread assumed, so a curve that was flat is not "far" from a tiny wobble:
@@ -64,13 +65,53 @@ class _Curve:
 
 
 @dataclass
+class _Level:
+    """A level detector (divergence, grad_explosion) on one curve, its rule made ready."""
+
+    detector: str
+    curve: _Curve
+    threshold: float
+    floor: float  # the least spread (SPREAD_FLOOR)
+    patience: int
+    in_logs: bool  # grad norms: in log space, the floor absolute; a loss: the floor relative
+
+    def far_above(self, value: float) -> int:
+        """Take the curve's next (finite) value; how many points in a row, this one the last,
+        have been far above the recent level (0 when this one is not)."""
+        curve = self.curve
+        if self.in_logs:
+            if value <= 0:
+                return 0  # not counted, and the run of far points goes on
+            value = math.log(value)
+        far = _far_above_level(value, curve.ordered, self.floor, not self.in_logs,
+                               self.threshold)  # fmt: skip
+        _remember(curve, value)
+        curve.above = curve.above + 1 if far else 0
+        return curve.above
+
+    def detection(self, point: ScalarPoint) -> Detection:
+        level = _middle(self.curve.ordered)
+        shown = math.exp(level) if self.in_logs else level
+        what = "diverging" if self.detector == "divergence" else "exploding"
+        return Detection(
+            self.detector,
+            point.tag,
+            point.step,
+            point.wall_time,
+            point.value,
+            f"{point.tag} is {what}: {value_text(point.value)} at step "
+            f"{point.step}, its recent level is {value_text(shown)}",
+        )
+
+
+@dataclass
 class RunDetectors:
     """One run's curves as the detectors remember them."""
 
     rules: RuleSet
     curves: dict[tuple[str, str], _Curve] = field(default_factory=dict)
     _matches: dict[tuple[str, str], bool] = field(default_factory=dict)
-    _plans: dict[str, tuple[bool, tuple[str, ...], bool]] = field(default_factory=dict)
+    _plans: dict[str, tuple[bool, tuple[_Level, ...], bool]] = field(default_factory=dict)
 
     def matches(self, detector: str, tag: str) -> bool:
         key = (detector, tag)
@@ -83,12 +124,12 @@ class RunDetectors:
             )
         return hit
 
-    def _plan(self, tag: str) -> tuple[bool, tuple[str, ...], bool]:
-        """What looks at a curve: nan, the level detectors, plateau; worked out once a tag
-        (a run's points are many, its tags few)."""
+    def _plan(self, tag: str) -> tuple[bool, tuple[_Level, ...], bool]:
+        """What looks at a curve: nan, the level detectors (each with its window and rule
+        made ready), plateau; worked out once a tag (a run's points are many, its tags few)."""
         plan = self._plans.get(tag)
         if plan is None:
-            levels = tuple(d for d in ("divergence", "grad_explosion") if self.matches(d, tag))
+            levels = tuple(self._level(d, tag) for d in LEVELS if self.matches(d, tag))
             plan = self._plans[tag] = (
                 self.matches("nan", tag),
                 levels,
@@ -96,11 +137,25 @@ class RunDetectors:
             )
         return plan
 
+    def _level(self, detector: str, tag: str) -> _Level:
+        rule = self.rules[detector]
+        assert rule.window is not None and rule.threshold is not None
+        return _Level(
+            detector,
+            self._curve(detector, tag, rule.window),
+            rule.threshold,
+            SPREAD_FLOOR[detector],
+            PATIENCE[detector],
+            in_logs=detector == "grad_explosion",
+        )
+
     def feed(self, points: Iterable[ScalarPoint]) -> list[Detection]:
         found: list[Detection] = []
         isfinite = math.isfinite
+        plans = self._plans
         for point in points:
-            nan, levels, plateau = self._plan(point.tag)
+            plan = plans.get(point.tag) or self._plan(point.tag)
+            nan, levels, plateau = plan
             if not isfinite(point.value):
                 if nan:
                     found.append(
@@ -114,10 +169,9 @@ class RunDetectors:
                         )
                     )
                 continue
-            for detector in levels:
-                hit = self._far_above(detector, point)
-                if hit is not None:
-                    found.append(hit)
+            for level in levels:
+                if level.far_above(point.value) >= level.patience:
+                    found.append(level.detection(point))
             if plateau:
                 hit = self._plateau(point)
                 if hit is not None:
@@ -145,43 +199,6 @@ class RunDetectors:
         if curve is None:
             curve = self.curves[(detector, tag)] = _Curve(deque(maxlen=window))
         return curve
-
-    def _far_above(self, detector: str, point: ScalarPoint) -> Detection | None:
-        rule = self.rules[detector]
-        assert rule.window is not None and rule.threshold is not None
-        curve = self._curve(detector, point.tag, rule.window)
-        if detector == "grad_explosion":
-            if point.value <= 0:
-                return None
-            value = math.log(point.value)
-        else:
-            value = point.value
-        far = _far_above_level(
-            value,
-            curve.ordered,
-            SPREAD_FLOOR[detector],
-            relative=detector != "grad_explosion",
-            threshold=rule.threshold,
-        )
-        _remember(curve, value)
-        if not far:
-            curve.above = 0
-            return None
-        curve.above += 1
-        if curve.above < PATIENCE[detector]:
-            return None
-        level = _middle(curve.ordered)
-        shown = math.exp(level) if detector == "grad_explosion" else level
-        what = "diverging" if detector == "divergence" else "exploding"
-        return Detection(
-            detector,
-            point.tag,
-            point.step,
-            point.wall_time,
-            point.value,
-            f"{point.tag} is {what}: {value_text(point.value)} at step "
-            f"{point.step}, its recent level is {value_text(shown)}",
-        )
 
     def _plateau(self, point: ScalarPoint) -> Detection | None:
         rule = self.rules["plateau"]
@@ -216,7 +233,7 @@ def _remember(curve: _Curve, value: float) -> None:
 
 
 def _far_above_level(
-    value: float, ordered: list[float], floor: float, *, relative: bool, threshold: float
+    value: float, ordered: list[float], floor: float, relative: bool, threshold: float
 ) -> bool | None:
     """Whether `value` lies more than `threshold` robust standard deviations (MAD) above the
     median of the recent values (`ordered`, sorted); None while there are too few points to

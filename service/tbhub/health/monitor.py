@@ -232,7 +232,8 @@ class HealthMonitor:
                     if budget <= 0:
                         return
                     budget -= self._read_run((project, run_path), budget, project_fd)
-                    found += self._detect()
+                    if self._readings:
+                        found += self._detect()
             finally:
                 os.close(project_fd)
 
@@ -257,13 +258,18 @@ class HealthMonitor:
         Runs already followed are known; the runs table is asked about the others only."""
         found: set[tuple[str, str]] = set()
         unknown: dict[str, dict[str, list[str]]] = {}  # project -> file -> its ancestors
+        watched = self._watched
         for project, path in files:
             parts = path.split("/")[:-1]
-            ancestors = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
-            known = next((a for a in ancestors if (project, a) in self._watched), None)
-            if known is not None:
-                found.add((project, known))
+            ancestor = parts[0] if parts else ""
+            for depth in range(1, len(parts) + 1):  # the outermost first
+                if depth > 1:
+                    ancestor += "/" + parts[depth - 1]
+                if (project, ancestor) in watched:
+                    found.add((project, ancestor))
+                    break
             else:
+                ancestors = ["/".join(parts[:depth]) for depth in range(1, len(parts) + 1)]
                 unknown.setdefault(project, {})[path] = ancestors
         if unknown:
             with self.factory() as session:
@@ -347,8 +353,11 @@ class HealthMonitor:
                 detectors = watched.detectors = RunDetectors(rules)
             if reading.params is not None:
                 self._logged[watched.run_id] = reading.params
-            found.extend((watched, d) for d in detectors.feed(reading.scalars))
-            found.extend((watched, d) for d in detectors.feed_histograms(reading.histograms))
+            hits = detectors.feed(reading.scalars)
+            if reading.histograms:
+                hits += detectors.feed_histograms(reading.histograms)
+            if hits:
+                found.extend((watched, d) for d in hits)
         return found
 
     def _record(

@@ -56,16 +56,62 @@ _ONE_SIMPLE_VALUE = re.compile(
 def decode_event(data: bytes, start: int, end: int) -> Decoded | None:
     """The Event in data[start:end] (wall time, step, summary values), or None when it is not
     the common shape."""
+    simple = decode_simple(data, start, end, {})
+    if simple is not None:
+        tag, step, wall_time, number = simple
+        return wall_time, step, [(tag, None, number)]
+    return decode_other(data, start, end)
+
+
+# One simple value: the name its caller gives the tag, step, wall time, value.
+Simple = tuple[str, int, float, float]
+SHORTEST_SIMPLE = 20  # wall time (9 bytes), the summary's three headers (6), 0x15 and 4 bytes
+
+
+def decode_simple(
+    data: bytes, start: int, end: int, names: dict[bytes, str], prefix: str = ""
+) -> Simple | None:
+    """The commonest record, one simple value (storage/event_reader.py calls this first on
+    every record, then `decode_other`); None for any other record.
+
+    `names` is the caller's memo: the bytes of each one-value summary met before (all of the
+    record after its step but the value's 4 bytes) -> `prefix` + its tag. A record made of a
+    wall time, a step of one or two bytes and one of those summaries is that summary with
+    that step, wall time and value, read at fixed places; any other goes through the pattern
+    (whose summary is then remembered)."""
+    if end - start >= SHORTEST_SIMPLE and data[start] == 0x09:
+        pos = start + 9
+        step: int | None = 0
+        if data[pos] == 0x10:
+            low = data[pos + 1]
+            if low < 0x80:
+                step, pos = low, pos + 2
+            elif data[pos + 2] < 0x80:
+                step, pos = (low & 0x7F) | data[pos + 2] << 7, pos + 3
+            else:
+                step = None
+        if step is not None:
+            name = names.get(data[pos : end - 4])
+            if name is not None:
+                return name, step, _DOUBLE(data, start + 1)[0], _FLOAT(data, end - 4)[0]
     match = _ONE_SIMPLE_VALUE.fullmatch(data, start, end)
+    if match is None:
+        return None
+    wall, varint, summary, value, size, tag, number = match.groups()
+    if len(tag) != size[0] or size[0] != value[0] - 7 or value[0] != summary[0] - 2:
+        return None
     try:
-        if match is not None:
-            wall, step, summary, value, size, tag, number = match.groups()
-            if len(tag) == size[0] == value[0] - 7 == summary[0] - 9:
-                return (
-                    _DOUBLE(wall)[0],
-                    0 if step is None else _step(step),
-                    [(_text(tag), None, _FLOAT(number)[0])],
-                )
+        name = prefix + _text(tag)
+        step = 0 if varint is None else _step(varint)
+    except (_Decline, UnicodeDecodeError):  # a step of more than 64 bits, a tag not UTF-8
+        return None
+    names[data[match.start(3) - 1 : end - 4]] = name
+    return name, step, _DOUBLE(wall)[0], _FLOAT(number)[0]
+
+
+def decode_other(data: bytes, start: int, end: int) -> Decoded | None:
+    """Any record of the common shape walked field by field; None when it is not of it."""
+    try:
         return _event(data, start, end)
     except (_Decline, IndexError, struct.error, UnicodeDecodeError):
         return None

@@ -36,16 +36,14 @@ import os
 import stat
 import struct
 import time
-from collections.abc import Callable, Generator, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tbhub.core.errors import UnsafePath
-from tbhub.storage.event_decode import Decoded, decode_event
-from tbhub.storage.frame_check import first_bad, frames, header_ok, masked
+from tbhub.storage.event_decode import Decoded, decode_other, decode_simple
+from tbhub.storage.frame_check import BAD_DATA, BAD_LENGTH, TORN, frame_at, masked
 from tbhub.storage.fsops import DIR_FLAGS, open_below, split_relative
 from tbhub.storage.hparams_file import FILE_NAME as OWN_HPARAMS_FILE
 from tbhub.storage.logged_params import (
@@ -65,12 +63,14 @@ RETRY_SECONDS = 30.0  # a frame that failed its CRC is read again at least this 
 SKIP_AFTER_SECONDS = 120.0  # ... and skipped when its data is still bad this long after
 RELIST_SECONDS = 10.0  # a directory whose mtime stayed is listed again at least this often
 RACY_NS = 2_000_000_000  # a listing made this soon after its directory's mtime is not trusted
+MAX_TAGS = 1024  # curve names remembered per subdirectory of a run
 SCALARS_PLUGIN = "scalars"
 HISTOGRAMS_PLUGIN = "histograms"
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES)
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
+_LENGTH = struct.Struct("<Q").unpack_from
 DT_FLOAT, DT_DOUBLE = 1, 2  # TensorFlow's DataType numbers
 
 
@@ -212,6 +212,9 @@ class RunFollower:
         self.plugins: dict[str, str] = {}  # curve -> plugin of its TF2 tensors
         self.logged = LoggedParams()  # what the training code wrote of hparams and metrics
         self._own_file = False  # the file being parsed is tbhub's hparams file
+        # Subdirectory -> decode_simple's memo of one-value summaries and their curve names.
+        self._names: dict[str, dict[bytes, str]] = {}
+        self._parts: list[str] | None = None  # the run's path, checked and split once
 
     def read(self, budget: int, *, project_fd: int | None = None) -> Reading:
         """What the run's event files gained since the last call, reading at most `budget`
@@ -220,12 +223,17 @@ class RunFollower:
         many runs at once."""
         reading = Reading()
         try:
-            with self._opened(project_fd) as fd, closing(self._event_files(fd)) as event_files:
-                for path, dir_fd, name, st in islice(event_files, MAX_FILES):
-                    if reading.bytes_read >= budget:
-                        reading.behind = True
-                        break
-                    self._read_file(reading, path, dir_fd, name, st, budget)
+            if project_fd is None:
+                with opened_run(self.storage_root, self.project, self.run_path) as fd:
+                    self._read_dir(reading, fd, "", MAX_DEPTH, budget, MAX_FILES)
+            else:
+                if self._parts is None:
+                    self._parts = split_relative(self.run_path)
+                fd = open_below(project_fd, self._parts)
+                try:
+                    self._read_dir(reading, fd, "", MAX_DEPTH, budget, MAX_FILES)
+                finally:
+                    os.close(fd)
         except UnsafePath:  # a symlink where the run should be: never followed
             pass
         except OSError as exc:
@@ -239,19 +247,21 @@ class RunFollower:
             reading.params = logged.merged()
         return reading
 
-    def _event_files(
-        self, fd: int, prefix: str = "", depth: int = MAX_DEPTH
-    ) -> Generator[tuple[str, int, str, os.stat_result]]:
-        """(path in the run, parent fd, name, stat) of each event file, by name, a directory's
-        files before its subdirectories. A directory whose inode and mtime are what they were
-        when it was listed (long enough after that mtime, and lately) is not listed again:
-        with thousands of runs each read every second, the listing was a third of the cost."""
+    def _read_dir(
+        self, reading: Reading, fd: int, prefix: str, depth: int, budget: int, files: int
+    ) -> int:
+        """Read the event files of the directory `fd` (the run, or `prefix` in it) by name,
+        its files before its subdirectories, at most `files` of them; how many are left. A
+        directory whose inode and mtime are what they were when it was listed (long enough
+        after that mtime, and lately) is not listed again: with thousands of runs each read
+        every second, the listing was a third of the cost."""
         st = os.fstat(fd)
         listing = self.listings.get(prefix)
         if (
             listing is None
             or not listing.trusted
-            or (listing.inode, listing.mtime_ns) != (st.st_ino, st.st_mtime_ns)
+            or listing.mtime_ns != st.st_mtime_ns
+            or listing.inode != st.st_ino
             or self.clock() - listing.listed_at >= RELIST_SECONDS
         ):
             listing = self.listings[prefix] = _list(fd, st, self.clock())
@@ -260,31 +270,30 @@ class RunFollower:
                 file_st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(file_st.st_mode):
-                yield prefix + name, fd, name, file_st
+            if not stat.S_ISREG(file_st.st_mode):
+                continue
+            if files <= 0:
+                return 0
+            if reading.bytes_read >= budget:
+                reading.behind = True
+                return 0
+            files -= 1
+            self._read_file(reading, prefix + name, fd, name, file_st, budget)
         if depth <= 0:
-            return
+            return files
         for name in listing.subdirs:
+            if files <= 0:
+                return 0
             try:
                 child = os.open(name, DIR_FLAGS, dir_fd=fd)
             except OSError:  # gone, or swapped for a symlink
                 continue
             try:
-                yield from self._event_files(child, f"{prefix}{name}/", depth - 1)
+                files = self._read_dir(reading, child, f"{prefix}{name}/", depth - 1, budget,
+                                       files)  # fmt: skip
             finally:
                 os.close(child)
-
-    @contextmanager
-    def _opened(self, project_fd: int | None) -> Iterator[int]:
-        if project_fd is None:
-            with opened_run(self.storage_root, self.project, self.run_path) as fd:
-                yield fd
-            return
-        fd = open_below(project_fd, split_relative(self.run_path))
-        try:
-            yield fd
-        finally:
-            os.close(fd)
+        return files
 
     def _start_over(self, reading: Reading) -> None:
         self.files.clear()
@@ -338,42 +347,55 @@ class RunFollower:
             reading.behind = reading.behind or len(data) < st.st_size - state.offset + used
 
     def _parse(self, reading: Reading, prefix: str, data: bytes, state: _File) -> int:
-        """Read the whole frames at the start of `data`; the bytes they take."""
+        """Read the whole frames at the start of `data`; the bytes they take. Each frame is
+        checked (storage/frame_check.py) and decoded in turn: the commonest record, one simple
+        value, by `decode_simple`, any other of the common shape by `decode_other`, the rest
+        by the protobuf classes."""
+        pos = 0
+        size = len(data)
+        scalars = reading.scalars
+        names = self._names.get(prefix)
+        if names is None or len(names) > MAX_TAGS:
+            names = self._names[prefix] = {}
+        while True:
+            end = frame_at(data, pos)
+            if end == TORN:
+                return pos
+            if end == BAD_LENGTH:  # where the frame ends is unknown: it waits
+                self._bad_frame(state, state.offset + pos, skippable=False)
+                return pos
+            if end == BAD_DATA:
+                end = pos + HEADER_BYTES + _LENGTH(data, pos)[0]
+                if not self._bad_frame(state, state.offset + pos, skippable=end + 4 < size):
+                    return pos
+                pos = end + 4  # a frame that stayed bad: skipped, and the rest read
+                continue
+            body = pos + HEADER_BYTES
+            simple = decode_simple(data, body, end, names, prefix)
+            if simple is not None:
+                scalars.append(_make_point(ScalarPoint, simple))
+            elif not self._other(reading, prefix, data, body, end):
+                if not self._bad_frame(state, state.offset + pos, skippable=end + 4 < size):
+                    return pos
+                pos = end + 4  # a frame that stayed bad: skipped, and the rest read
+                continue
+            state.bad_at = None
+            pos = end + 4
+
+    def _other(self, reading: Reading, prefix: str, data: bytes, body: int, end: int) -> bool:
+        """A record other than one simple value; False when protobuf cannot parse it."""
         from google.protobuf.message import DecodeError
         from tensorboard.compat.proto.event_pb2 import Event
 
-        pos = 0
-        while True:
-            found, torn_header = frames(data, pos)
-            bad = first_bad(data, found)
-            for index, (start, length) in enumerate(found):
-                if index == bad:
-                    break
-                body = start + HEADER_BYTES
-                decoded = decode_event(data, body, body + length)
-                if decoded is None or not self._decoded(reading, prefix, decoded):
-                    try:  # not the common shape: the protobuf classes read it
-                        event = Event.FromString(data[body : body + length])
-                    except DecodeError:
-                        bad = index
-                        break
-                    if event.HasField("summary"):
-                        self._values(reading, prefix, event)
-                state.bad_at = None
-                pos = start + length + RECORD_OVERHEAD
-            if bad is None:
-                if torn_header is not None:  # a length failing its CRC: where it ends is unknown
-                    self._bad_frame(state, state.offset + torn_header, skippable=False)
-                    return torn_header
-                return pos
-            start, length = found[bad]
-            if not header_ok(data, start):
-                self._bad_frame(state, state.offset + start, skippable=False)
-                return start
-            end = start + length + RECORD_OVERHEAD
-            if not self._bad_frame(state, state.offset + start, skippable=end < len(data)):
-                return start
-            pos = end  # a frame that stayed bad: skipped, and the rest read
+        decoded = decode_other(data, body, end)
+        if decoded is None or not self._decoded(reading, prefix, decoded):
+            try:  # not the common shape: the protobuf classes read it
+                event = Event.FromString(data[body:end])
+            except DecodeError:
+                return False
+            if event.HasField("summary"):
+                self._values(reading, prefix, event)
+        return True
 
     def _bad_frame(self, state: _File, offset: int, *, skippable: bool) -> bool:
         """Note a frame that failed its checks; True when it is time to skip it."""

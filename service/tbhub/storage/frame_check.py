@@ -36,22 +36,52 @@ def frames(data: bytes, pos: int) -> tuple[list[tuple[int, int]], int | None]:
 
 
 def header_ok(data: bytes, start: int) -> bool:
-    length_crc = _CRC.unpack_from(data, start + 8)[0]
-    return bool(masked(data[start : start + 8]) == length_crc)
+    """Whether the frame's length header passes its CRC."""
+    return _sound_length(data[start : start + HEADER_BYTES]) is not None
 
 
-def first_bad(data: bytes, frames: list[tuple[int, int]]) -> int | None:
-    """The index of the first frame whose length or data fails its CRC; None if all pass."""
-    crc = _CRC.unpack_from
-    for index, (start, length) in enumerate(frames):
-        end = start + HEADER_BYTES + length
-        # masked() written out: two calls a record were a tenth of the monitor's reading.
-        head, body = crc32c(data[start : start + 8]), crc32c(data[start + HEADER_BYTES : end])
-        if (((head >> 15) | (head << 17)) + _MASK_DELTA) & 0xFFFFFFFF != crc(data, start + 8)[0]:
-            return index
-        if (((body >> 15) | (body << 17)) + _MASK_DELTA) & 0xFFFFFFFF != crc(data, end)[0]:
-            return index
-    return None
+def _sound_length(header: bytes) -> int | None:
+    """The length a whole header (a length and its CRC) gives, or None when it fails its CRC.
+    A writer writes the same few lengths over and over: a header that passed is remembered
+    (a look-up costs a third of a CRC and its masking)."""
+    length = _SOUND_HEADERS.get(header)
+    if length is not None:
+        return length
+    if masked(header[:8]) != _CRC.unpack_from(header, 8)[0]:
+        return None
+    if len(_SOUND_HEADERS) >= MAX_SOUND_HEADERS:
+        _SOUND_HEADERS.clear()
+    length = _SOUND_HEADERS[header] = _LENGTH.unpack_from(header)[0]
+    return length
+
+
+_SOUND_HEADERS: dict[bytes, int] = {}  # length headers that passed their CRC -> the length
+MAX_SOUND_HEADERS = 4096
+TORN = -1  # frame_at: a frame cut short whose length passed its CRC (a writer still writing)
+BAD_LENGTH = -2  # ... a length that fails its CRC, the frame whole or not
+BAD_DATA = -3  # ... a whole frame whose data fails its CRC
+
+
+def frame_at(data: bytes, pos: int) -> int:
+    """Where the data of the frame at `pos` ends when the frame is whole and both its CRCs
+    pass (it starts at pos + HEADER_BYTES); otherwise TORN, BAD_LENGTH or BAD_DATA. One call
+    per record: the reader's loop is the monitor's hottest code."""
+    header = data[pos : pos + HEADER_BYTES]
+    length = _SOUND_HEADERS.get(header)
+    if length is None:
+        if len(header) < HEADER_BYTES:
+            return TORN
+        length = _sound_length(header)
+        if length is None:
+            return BAD_LENGTH
+    end = pos + HEADER_BYTES + length
+    if end + 4 > len(data):
+        return TORN
+    # masked() written out: a call per record was a tenth of the monitor's reading.
+    crc = crc32c(data[pos + HEADER_BYTES : end])
+    if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != _CRC.unpack_from(data, end)[0]:
+        return BAD_DATA
+    return end
 
 
 def masked(data: bytes) -> int:

@@ -52,9 +52,9 @@ def _thin(points: list[Point]) -> list[Point]:
 def _add(run: _Run, reading: Reading) -> None:
     if reading.reset:
         run.series.clear()
-    series = run.series
+    series, isfinite, most = run.series, math.isfinite, 2 * MAX_POINTS
     for tag, step, _, value in reading.scalars:
-        if not math.isfinite(value):
+        if not isfinite(value):
             continue
         points = series.get(tag)
         if points is None:
@@ -62,7 +62,7 @@ def _add(run: _Run, reading: Reading) -> None:
                 continue
             points = series[tag] = []
         points.append((step, value))
-        if len(points) > 2 * MAX_POINTS:
+        if len(points) > most:
             series[tag] = _thin(points)
 
 
