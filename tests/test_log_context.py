@@ -1,12 +1,19 @@
 """JSON log lines carry the request's id, user and project; a malformed id from outside is
-replaced, and a line outside any request carries none."""
+replaced, and a line outside any request carries none. The request middleware's latency
+labels stay bounded."""
 
 from __future__ import annotations
 
 import json
 import logging
 
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
 from tbhub.core.log_context import JsonLines, begin_request, end_request, note_request
+from tbhub.core.metrics import exposition
+from tbhub.http.request_log import RequestLog
+from tests.support.metrics_text import sample
 
 
 def record(message: str, **fields: object) -> logging.LogRecord:
@@ -42,3 +49,16 @@ def test_a_line_outside_any_request_has_no_request_fields() -> None:
     note_request(user="nobody")  # no request: nothing to note on
     line = json.loads(JsonLines().format(record("background work")))
     assert "request_id" not in line and "user" not in line
+
+
+def test_request_latency_labels_are_bounded_whatever_the_client_sends() -> None:
+    """A made-up method or an unknown path adds no new series: `other` and `unmatched`."""
+    app = FastAPI()
+    app.add_middleware(RequestLog)
+    client = TestClient(app)
+    for method, path in (("BREW", "/pot"), ("GET", "/no/such/path/123"), ("GET", "/x/456")):
+        client.request(method, path)
+    text = exposition().decode()
+    assert sample(text, "tbhub_http_request_duration_seconds_count", method="other")
+    assert sample(text, "tbhub_http_request_duration_seconds_count", route="unmatched")
+    assert "/no/such/path" not in text and "BREW" not in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -14,6 +15,8 @@ from tbhub.core.log_context import begin_request, end_request
 from tbhub.core.metrics import instruments
 
 access_log = logging.getLogger("tbhub.access")
+# Label values come from these alone: a client's made-up method or path adds no series.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 UNMATCHED = "unmatched"  # no route: a 404 by path; one label for all, never the raw path
 
 
@@ -30,6 +33,8 @@ class RequestLog:
         self.app = app
         self.access_lines = access_lines
         self.seconds = instruments().request_seconds
+        # (method, route) -> its series' observe: labels() takes a lock on every call.
+        self._timers: dict[tuple[str, str], Callable[[float], None]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -51,7 +56,8 @@ class RequestLog:
         finally:
             elapsed = time.perf_counter() - started
             route = route_of(scope)
-            self.seconds.labels(scope["method"], route).observe(elapsed)
+            method = scope["method"] if scope["method"] in METHODS else "other"
+            self._timer(method, route)(elapsed)
             if self.access_lines:
                 if info.project is None:
                     info.project = _project(scope)
@@ -65,6 +71,12 @@ class RequestLog:
                     "%s %s %d", scope["method"], route, status, extra={"fields": fields}
                 )
             end_request(token)
+
+    def _timer(self, method: str, route: str) -> Callable[[float], None]:
+        timer = self._timers.get((method, route))
+        if timer is None:  # one per route template and method: a bounded set
+            timer = self._timers[(method, route)] = self.seconds.labels(method, route).observe
+        return timer
 
 
 def _project(scope: Scope) -> str | None:
