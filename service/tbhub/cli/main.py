@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import typer
 
-JOB_COMMANDS = frozenset({"login", "run", "upload", "runs", "projects", "compare"})
+JOB_COMMANDS = frozenset({"login", "run", "upload", "runs", "projects", "compare", "views"})
 
 
 def main(argv: list[str] | None = None) -> None:
