@@ -6,17 +6,20 @@ from dataclasses import dataclass, field
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from tbhub.auth.sessions import SESSION_COOKIE
 from tbhub.auth.tokens import create_token
 from tbhub.auth.user_sessions import start_session
-from tbhub.core.db import transaction
+from tbhub.core.db import make_engine, transaction
 from tbhub.core.models import Role, TokenScope
 from tbhub.core.settings import Settings
 from tbhub.domain.projects import create_project, set_membership
 from tbhub.domain.users import create_user, get_user
 from tbhub.http.deps import AppContext
+from tbhub.serve import app as app_module
 
 MEMBERS = {"alice": Role.owner, "bob": Role.editor, "carol": Role.viewer}
 # name -> (user, scope, projects)
@@ -83,3 +86,14 @@ def team(client: TestClient, factory: sessionmaker[Session], settings: Settings)
             result.secrets[label] = secret
             result.token_ids[label] = token.id
     return result
+
+
+def one_connection_client(team: Team, monkeypatch: pytest.MonkeyPatch) -> TestClient:
+    """A client of a server whose pool holds one connection, waiting 2 s for it at most."""
+
+    def one_connection(url: str) -> Engine:
+        return make_engine(url, poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=2)
+
+    monkeypatch.setattr(app_module, "make_engine", one_connection)
+    app = app_module.create_app(app_module.build_context(team.settings))
+    return TestClient(app, base_url="http://testserver")

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import QueuePool
 
-from tbhub.core.db import make_engine
 from tbhub.core.models import Project, Run
 from tbhub.domain.runs import RunFields, register_run
 from tbhub.housekeeping.trash import restore
-from tbhub.serve import app as app_module
-from tests.api.conftest import Team
+from tests.api.conftest import Team, one_connection_client
 
 RUNS = "/api/v1/projects/vision/runs"
 
@@ -72,16 +70,36 @@ def test_a_registration_by_token_needs_one_database_connection_at_a_time(
     """With a connection per request, a server's pool serves as many registrations at once
     as it holds; a request that needed a second one while keeping its first would wait for
     the pool forever once every connection is taken (64 clients, a pool of 15)."""
-
-    def one_connection(url: str) -> Engine:
-        return make_engine(url, poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=2)
-
-    monkeypatch.setattr(app_module, "make_engine", one_connection)
-    app = app_module.create_app(app_module.build_context(team.settings))
-    with TestClient(app, base_url="http://testserver") as client:
+    with one_connection_client(team, monkeypatch) as client:
         response = client.post(RUNS, json={"name": "one-connection"},
                                headers=team.headers("bob-write"))  # fmt: skip
     assert response.status_code == 201, response.text
+
+
+def test_a_registration_by_session_cookie_needs_one_database_connection_at_a_time(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The browser's way in reads its session and user apart from the request's session, so
+    a registration in its own transaction needs no second connection while holding one."""
+    with one_connection_client(team, monkeypatch) as client:
+        headers = Team(client=client, settings=team.settings, user_ids=team.user_ids).headers
+        response = client.post(RUNS, json={"name": "one-connection"}, headers=headers("bob"))
+    assert response.status_code == 201, response.text
+
+
+def test_64_concurrent_session_registrations_are_all_answered_well_within_the_pool_timeout(
+    team: Team,
+) -> None:
+    """64 browsers at once, more than the server's 40 request threads, on the engine the
+    server makes: no request waits on the pool (30 s) for another that waits on it too."""
+    headers = [team.headers("bob") for _ in range(64)]
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=64) as clients:
+        statuses = list(clients.map(lambda h: team.client.post(
+            RUNS, json={"name": "crowd"}, headers=h).status_code, headers))  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert statuses == [201] * 64
+    assert elapsed < 15, f"64 registrations took {elapsed:.1f} s"
 
 
 def test_a_directory_already_on_disk_is_never_reused(team: Team) -> None:

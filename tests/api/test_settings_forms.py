@@ -4,11 +4,12 @@ run in Chromium: tests/e2e/test_ui_settings.py.)"""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.models import ApiToken, AuditEvent, Membership
-from tests.api.conftest import Team
+from tests.api.conftest import Team, one_connection_client
 
 HTML = {"Accept": "text/html"}
 
@@ -84,3 +85,17 @@ def test_a_token_form_never_grants_more_than_the_users_role(
     me = team.client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"}).json()
     assert me["user"] == "carol" and me["token"]["scope"] == "read"
     assert count(factory, ApiToken) == before + 1
+
+
+def test_a_form_in_a_transaction_of_its_own_needs_one_database_connection_at_a_time(
+    team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's form signed in by cookie reads its user apart from the request's session, so
+    the form's own transaction (web/render.attempt) takes the pool's one connection."""
+    with one_connection_client(team, monkeypatch) as client:
+        own = Team(client=client, settings=team.settings, user_ids=team.user_ids)
+        response = post_form(own, "alice", "/settings/tokens",
+                             {"name": "job", "scope": "read", "projects": ["vision"],
+                              "expires": "7"})  # fmt: skip
+    assert response.status_code == 200, response.text  # type: ignore[attr-defined]
+    assert 'id="new-token"' in response.text  # type: ignore[attr-defined]

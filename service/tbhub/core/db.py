@@ -13,10 +13,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.resources import alembic_dir
 
+# Starlette runs sync routes and dependencies on anyio's threadpool, 40 threads at most; a
+# request holds at most its own session's connection and one of a domain function's own
+# transaction. A pool of at least threads x connections never makes a request wait on
+# another that waits on the pool (SQLAlchemy's default, 5 + 10, stalled every request).
+REQUEST_THREADS = 40
+CONNECTIONS_PER_REQUEST = 2
+POOL_SIZE = 10  # kept open between requests; the overflow is closed when given back
+POOL_OVERFLOW = REQUEST_THREADS * CONNECTIONS_PER_REQUEST - POOL_SIZE
+
 
 def make_engine(url: str, **pool: Any) -> Engine:
     """The engine for `url`; `pool` overrides the connection pool's options (tests)."""
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if not _in_memory(url):
+        kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     kwargs.update(pool)
@@ -24,6 +35,11 @@ def make_engine(url: str, **pool: Any) -> Engine:
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _in_memory(url: str) -> bool:
+    """An in-memory SQLite database, whose pool keeps one connection per thread, not a queue."""
+    return url.startswith("sqlite") and (url.rstrip("/") == "sqlite:" or ":memory:" in url)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Request, Response, Security
 from fastapi.security import APIKeyCookie, HTTPBearer
@@ -42,6 +42,8 @@ from tbhub.http.csrf import CsrfTokens, require_header_token
 from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.supervisor.metrics import SupervisorMetrics
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -131,14 +133,34 @@ def session_is_current(data: SessionData, *, disabled: bool, epoch: int) -> bool
     return not disabled and data.epoch == epoch
 
 
-def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
-    data = signed_in_session(request, context)
-    user = session.get(User, data.user_id) if data is not None else None
-    if user is None or data is None or not is_live(live_session(session, data.session_id), data):
+def read_alone(context: AppContext, read: Callable[[Session], T]) -> T:
+    """A read on a connection of its own, given back at once, in autocommit: no BEGIN and
+    ROLLBACK around it. Authentication reads this way, not on the request's session: that
+    session keeps its connection to the end, and a route that writes in a transaction of
+    its own (run registration, a web form) or fills a cache would then need two connections
+    at a time, which at 64 clients empties the pool and waits on it."""
+    with context.factory() as own:
+        own.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        return read(own)
+
+
+def current_user(session: Session, data: SessionData) -> User | None:
+    """The session's user, if the session is live and still theirs (not ended, the user not
+    disabled, their session epoch unchanged)."""
+    user = session.get(User, data.user_id)
+    if user is None or not is_live(live_session(session, data.session_id), data):
         return None
     return (
         user if session_is_current(data, disabled=user.disabled, epoch=user.session_epoch) else None
     )
+
+
+def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
+    """Read apart (read_alone), then attached to the request's session without a query, so
+    the route uses the user as its own row and the session takes no connection for it."""
+    data = signed_in_session(request, context)
+    user = read_alone(context, lambda own: current_user(own, data)) if data is not None else None
+    return session.merge(user, load=False) if user is not None else None
 
 
 def get_current_user(user: Annotated[User | None, Depends(get_optional_user)]) -> User:
@@ -199,13 +221,8 @@ cookie_scheme = APIKeyCookie(
 
 def token_owner(context: AppContext, user_id: int) -> User | None:
     """The token's user as the database has it now (the token cache may predate a delete or
-    disable). One read on a connection of its own, given back at once, in autocommit: no
-    BEGIN and ROLLBACK around it. The request's session would keep its connection to the
-    end, and a route that writes in a transaction of its own (run registration) would then
-    need two connections at a time, which at 64 clients empties the pool and waits on it."""
-    with context.factory() as own:
-        own.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-        return own.get(User, user_id)
+    disable), read apart from the request's session (read_alone)."""
+    return read_alone(context, lambda own: own.get(User, user_id))
 
 
 def get_optional_caller(
