@@ -15,6 +15,7 @@ from tests.e2e.jobs_hub import Hub
 pytestmark = pytest.mark.e2e
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
+REPO = Path(__file__).resolve().parents[2]  # where the hooks module is imported from
 
 
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(
@@ -31,7 +32,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
             "--seed", "8",
             "--report", "junit", "--report-junit-path", str(report),
         ],
-        env=hub.env(), capture_output=True, text=True, timeout=900,
+        env=hub.env(SCHEMATHESIS_HOOKS="tests.e2e.schemathesis_hooks", PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=900,
         cwd=tmp_path,  # its cache (.schemathesis/) goes there, not into the checkout
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
