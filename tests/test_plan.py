@@ -374,6 +374,20 @@ def test_budget_full_stops_the_least_recently_used_idle_board_first() -> None:
     assert "waiting for memory: stopping a" in (result.observed["c"].note or "")
 
 
+def test_budget_waits_for_a_stopping_board_rather_than_evicting_another() -> None:
+    """The pass after an eviction: the evicted board is still alive, and the board it shared
+    pages with has grown. Its memory is on the way back, so nothing else is evicted."""
+    desired = {
+        "a": project_want("a", running=False, last_access=NOW - 900),
+        "b": project_want("b", last_access=NOW - 600),
+        "c": project_want("c", last_access=NOW),
+    }
+    result = plan(desired, [live("a"), live("b", pss=250 * MiB)], now=NOW, policy=BUDGET)
+    assert result.evicted == []
+    assert not any(line.startswith(("start c", "stop b")) for line in describe(result))
+    assert "waiting for memory: stopping a" in (result.observed["c"].note or "")
+
+
 def test_budget_never_evicts_pinned_boards_or_boards_someone_reads() -> None:
     desired = {
         "a": project_want("a", pinned=True, last_access=NOW - 900),

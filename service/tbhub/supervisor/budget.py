@@ -66,6 +66,16 @@ def admit(
         return last_seen(instance) or typical
 
     used = sum(held(i) for i in live)
+    # Boards already stopping (evicted by an earlier pass, stopped by hand or idle) free their
+    # memory in a moment: wait for them rather than evict another board. The pass after an
+    # eviction still sees the evicted board alive, and the boards it shared pages with have
+    # grown, so without this one eviction would cascade into the next.
+    stopping = {
+        project: sum(held(i) for i in instances)
+        for project, instances in by_project.items()
+        if instances and not ((w := desired.get(project)) is not None and w.running)
+    }
+    freeing = sum(stopping.values())
     evictable = sorted(
         (
             w
@@ -88,6 +98,13 @@ def admit(
             result.actions.append(start)
             admitted[want.project] = need
             used += need
+            continue
+        if freeing and used - freeing + need <= budget:
+            used += need  # held for this board while the others stop
+            result.observed[want.project] = replace(
+                result.observed[want.project],
+                note=f"waiting for memory: stopping {', '.join(sorted(stopping))}",
+            )
             continue
         victims: list[Desired] = []
         room = used
