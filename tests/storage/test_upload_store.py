@@ -197,3 +197,61 @@ def test_a_full_disk_keeps_nothing_of_the_chunk(tiny_run_fd: tuple[int, Path]) -
         put(fd, EVENTS, 1000, os.urandom(2 << 20))
     assert (mount / EVENTS).read_bytes() == b"a" * 1000
     assert put(fd, EVENTS, 1000, b"b") == 1001  # and the upload resumes where it was
+
+
+def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file's bytes are fdatasynced before its rename; the names renamed into a
+    directory are fsynced once, after the last rename into it and before the batch answers."""
+    import hashlib
+    import stat
+
+    from tbhub.core.upload_protocol import pack_batch
+    from tbhub.storage.receive import UploadTarget, receive_batch
+    from tbhub.storage.usage import ProjectUsage
+
+    (tmp_path / "p").mkdir()
+    files = [(f"samples/step-{i}.json", b"x" * i) for i in range(1, 41)]
+    files += [(f"config-{i}.yaml", b"y" * i) for i in range(1, 11)]
+    body = pack_batch(files)
+    events: list[tuple[str, object]] = []
+    real_fsync, real_fdatasync, real_rename = os.fsync, os.fdatasync, os.rename
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        events.append(("fsync-dir" if stat.S_ISDIR(st.st_mode) else "fsync", st.st_ino))
+        real_fsync(fd)
+
+    def fdatasync(fd: int) -> None:
+        events.append(("fdatasync", os.fstat(fd).st_ino))
+        real_fdatasync(fd)
+
+    def rename(src: str, dst: str, **kwargs: int) -> None:
+        st = os.fstat(kwargs["dst_dir_fd"])
+        events.append(("rename", (st.st_ino, os.fstat(kwargs["src_dir_fd"]).st_ino, dst)))
+        real_rename(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "rename", rename)
+    target = UploadTarget(tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path))
+    states = receive_batch(target, body, sha256=hashlib.sha256(body).digest())
+
+    assert all(state.complete for state in states) and len(states) == len(files)
+    run = tmp_path / "p" / "run-1"
+    for path, data in files:
+        assert (run / path).read_bytes() == data
+    renames = [i for i, (kind, _) in enumerate(events) if kind == "rename"]
+    assert len(renames) == len(files)
+    for directory in (run, run / "samples"):
+        inode = directory.stat().st_ino
+        into = [i for i in renames if events[i][1][0] == inode]  # type: ignore[index]
+        syncs = [i for i, event in enumerate(events) if event == ("fsync-dir", inode)]
+        assert into, directory
+        assert [i for i in syncs if i > max(into)] == syncs[-1:], "synced once after renames"
+        assert len([i for i in syncs if i > min(into)]) == 1, "not once a file"
+    datasyncs = sum(1 for kind, _ in events if kind == "fdatasync")
+    assert datasyncs == len(files), "every file's bytes on disk before its rename"
+    for i in renames:  # each rename follows that file's own fdatasync
+        assert any(kind == "fdatasync" for kind, _ in events[max(0, i - 1) : i])

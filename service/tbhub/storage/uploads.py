@@ -41,7 +41,15 @@ from tbhub.storage.upload_io import (
 )
 
 Kind = Literal["events", "file"]
-__all__ = ["FileState", "RoomCheck", "append_chunk", "file_state", "kind_of", "list_files"]
+__all__ = [
+    "FileState",
+    "RoomCheck",
+    "append_chunk",
+    "file_state",
+    "kind_of",
+    "list_files",
+    "sync_directories",
+]
 
 
 @dataclass(frozen=True)
@@ -146,10 +154,15 @@ def append_chunk(
     data: bytes,
     complete: bool,
     room: RoomCheck,
+    renamed: set[tuple[str, ...]] | None = None,
 ) -> FileState:
     """Write `data` at `offset` (already checked against its digest). A chunk the file already
     holds, byte for byte, is a retry and succeeds without writing; any other offset than the
-    file's end is OffsetMismatch carrying that end. `complete` finishes a non-event file."""
+    file's end is OffsetMismatch carrying that end. `complete` finishes a non-event file.
+
+    The file's bytes are on disk before this returns. Its new name is too, unless `renamed`
+    is given: then the directory it was renamed in is added to it, and the caller fsyncs each
+    such directory once before it answers (a batch of many small files in one directory)."""
     with _parent(run_fd, parts, create=True) as dir_fd:
         assert dir_fd is not None
         name = parts[-1]
@@ -157,11 +170,33 @@ def append_chunk(
         if kind_of(name) == "events":
             size = append_events(dir_fd, name, path, offset, data, room)
             return FileState(path, size, False, "events")
-        return _append_file(dir_fd, name, path, offset, data, complete, room)
+        state = _append_file(dir_fd, name, path, offset, data, complete, room,
+                             sync_rename=renamed is None)  # fmt: skip
+        if renamed is not None and state.complete:
+            renamed.add(tuple(parts[:-1]))
+        return state
+
+
+def sync_directories(run_fd: int, parents: set[tuple[str, ...]]) -> None:
+    """Each of these directories of the run fsynced: the names renamed into them durable."""
+    for parent in sorted(parents):
+        fd = open_below(run_fd, list(parent), create=False)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _append_file(
-    dir_fd: int, name: str, path: str, offset: int, data: bytes, complete: bool, room: RoomCheck
+    dir_fd: int,
+    name: str,
+    path: str,
+    offset: int,
+    data: bytes,
+    complete: bool,
+    room: RoomCheck,
+    *,
+    sync_rename: bool,
 ) -> FileState:
     """A chunk of a non-event file, under the lock of its partial file from the first look to
     the rename, so racing uploads of one file take turns and each sees the last one's end."""
@@ -208,7 +243,8 @@ def _append_file(
         if is_dir(dir_fd, name):
             raise UnsafePath(f"{path} is a directory in the run; choose another file name")
         os.rename(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
+        if sync_rename:
+            os.fsync(dir_fd)
         return FileState(path, size, True, "file")
     finally:
         os.close(fd)
