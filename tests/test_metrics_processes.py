@@ -26,6 +26,11 @@ counted.leader.set(leader)
 counted.request_seconds.labels("GET", "/_auth/board").observe(0.002)
 print("counted", flush=True)
 for line in sys.stdin:
+    if line.startswith("count "):  # count without answering a scrape (which writes them)
+        counted.board_starts.labels("new").inc(int(line.split()[1]))
+        sys.stdout.write("\\f\\n")
+        sys.stdout.flush()
+        continue
     if line.startswith("forget "):
         forget_process(int(line.split()[1]))
     sys.stdout.write(exposition().decode() + "\\f\\n")
@@ -66,13 +71,21 @@ def scrape(process: subprocess.Popen[str], command: str = "scrape") -> str:
     return "".join(lines)
 
 
-def test_two_processes_count_into_one_exposition(tmp_path: Path) -> None:
-    directory = tmp_path / "metrics"
+def server_and_child(directory: Path, counts: tuple[str, str], leads: tuple[str, str]) -> tuple[
+    subprocess.Popen[str], subprocess.Popen[str]
+]:  # fmt: skip
+    """A process that turns multiprocess mode on, as `tbhub serve` does, and one it would start
+    next, which inherits the directory through the environment."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    leader = worker("first", "3", "1", str(directory), env=env)
-    # What `tbhub serve` would start next inherits the directory through the environment.
-    follower = worker("next", "2", "0", env={**env, "PROMETHEUS_MULTIPROC_DIR": str(directory)})
+    server = worker("first", counts[0], leads[0], str(directory), env=env)
+    child = worker("next", counts[1], leads[1],
+                   env={**env, "PROMETHEUS_MULTIPROC_DIR": str(directory)})  # fmt: skip
+    return server, child
+
+
+def test_two_processes_count_into_one_exposition(tmp_path: Path) -> None:
+    leader, follower = server_and_child(tmp_path / "metrics", ("3", "2"), ("1", "0"))
     try:
         for process in (leader, follower):
             text = scrape(process)
@@ -101,3 +114,28 @@ def test_a_stale_directory_is_emptied_when_a_server_starts(tmp_path: Path) -> No
         assert sample(scrape(process), "tbhub_board_starts_total", reason="new") == 1
     finally:
         finish(process)
+
+
+def test_the_servers_buffered_counts_reach_other_scrapes_within_a_flush_and_at_exit(
+    tmp_path: Path,
+) -> None:
+    """The process that turned multiprocess mode on (`tbhub serve`) adds its counts up in
+    memory: another process's scrape sees them once they are written, within a second, and
+    the last ones are written when it exits."""
+    import time
+
+    from tbhub.core.metrics import FLUSH_SECONDS
+
+    server, other = server_and_child(tmp_path / "metrics", ("1", "0"), ("1", "0"))
+    try:
+        scrape(server, "count 4")
+        deadline = time.monotonic() + 10 * FLUSH_SECONDS
+        while sample(scrape(other), "tbhub_board_starts_total", reason="new") != 5:
+            assert time.monotonic() < deadline, "the server's counts never reached the file"
+            time.sleep(FLUSH_SECONDS / 10)
+        scrape(server, "count 100")
+        assert finish(server) == 0
+        assert sample(scrape(other), "tbhub_board_starts_total", reason="new") == 105
+    finally:
+        for process in (server, other):
+            finish(process)
