@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.core.models import Project, Run
+from tbhub.core.models import AuditEvent, Project, Run, RunEvent, RunParam, RunStatus
 from tbhub.domain.runs import RunFields, register_run
 from tbhub.housekeeping.trash import restore
 from tests.api.conftest import Team, one_connection_client
@@ -36,6 +36,40 @@ def test_registering_a_run_creates_its_directory_and_returns_where_to_write(team
     assert run["status"] == "running" and run["source"] == "api"
     assert run["hparams"] == {"lr": 0.1, "layers": 50, "amp": True}
     assert run["created_by"] == "bob" and run["tags"] == ["baseline"]
+
+
+def test_a_registration_writes_its_row_tags_params_first_status_and_audit_row(
+    team: Team, factory: sessionmaker[Session]
+) -> None:
+    """The write path's few INSERTs (domain/runs._insert_run) leave what the ORM's unit of
+    work left: the row as answered, its tags, its parameter rows, its first status event
+    and the audit row naming it; and the run reads back the same afterwards."""
+    run = register(team, hparams={"lr": 0.1, "opt": "adam"}, tags=["b", "a", "b"],
+                   status="finished", notes="n")  # fmt: skip
+    run_id = int(str(run["id"]))
+    with factory() as session:
+        row = session.get(Run, run_id)
+        assert row is not None and row.path == run["path"] and row.tags == ["a", "b"]
+        assert row.status == RunStatus.finished and row.finished_at is not None
+        assert row.metrics == {} and row.bytes == 0 and row.retention_state.value == "present"
+        params = {
+            (p.kind, p.key, p.num, p.text, p.source)
+            for p in session.scalars(select(RunParam).where(RunParam.run_id == run_id))
+        }
+        events = [
+            (e.kind, e.value, e.actor)
+            for e in session.scalars(select(RunEvent).where(RunEvent.run_id == run_id))
+        ]
+        audits = [(a.actor, a.detail) for a in session.scalars(
+            select(AuditEvent).where(AuditEvent.action == "run.create",
+                                     AuditEvent.target == f"vision/{run['path']}"))]  # fmt: skip
+    assert params == {("h", "lr", 0.1, None, "r"), ("h", "opt", None, "adam", "r")}
+    assert events == [("status", "finished", "bob")]
+    assert audits == [("bob", {"id": run_id})]
+    again = team.client.get(f"{RUNS}/{run_id}", headers=team.headers("bob-write")).json()
+    assert {k: again[k] for k in run} == run
+    found = team.client.get("/api/v1/runs?hparam.opt=adam", headers=team.headers("bob-write"))
+    assert [r["id"] for r in found.json()["runs"]] == [run_id]
 
 
 def test_the_same_name_in_the_same_second_gets_a_suffix(team: Team) -> None:

@@ -45,8 +45,8 @@ from tbhub.http.deps import (
     ProjectInPath,
     bearer_scheme,
     cookie_scheme,
-    get_caller,
     get_optional_caller,
+    known_caller,
 )
 from tbhub.http.http_errors import error_response
 from tbhub.storage import receive
@@ -152,7 +152,7 @@ class FilesOut(BaseModel):
 def _target(request: Request, context: AppContext, project: str, run_id: int) -> UploadTarget:
     """Who may upload, into which run and within which limits: a short database visit."""
     with context.factory() as session:
-        caller = get_caller(get_optional_caller(request, context, session))
+        caller = known_caller(get_optional_caller(request, context, session))
         access = require_project(context.access, caller, project, Role.editor)
         run = get_run(session, project_id=access.project_id, run_id=run_id)
         if run.retention_state != RetentionState.present:

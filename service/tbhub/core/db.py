@@ -17,9 +17,12 @@ from tbhub.core.resources import alembic_dir
 # request holds at most its own session's connection and one of a domain function's own
 # transaction. A pool of at least threads x connections never makes a request wait on
 # another that waits on the pool (SQLAlchemy's default, 5 + 10, stalled every request).
+# One connection per thread stays open between requests: with only 10 kept, a busy API
+# closed and opened connections all the time (a PostgreSQL backend started for each; on
+# SQLite, its pragmas run again), a good part of a registration's cost at 64 clients.
 REQUEST_THREADS = 40
 CONNECTIONS_PER_REQUEST = 2
-POOL_SIZE = 10  # kept open between requests; the overflow is closed when given back
+POOL_SIZE = REQUEST_THREADS  # opened as needed, kept open; the overflow closed when given back
 POOL_OVERFLOW = REQUEST_THREADS * CONNECTIONS_PER_REQUEST - POOL_SIZE
 
 

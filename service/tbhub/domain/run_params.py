@@ -65,15 +65,22 @@ def param_cell(value: Any) -> tuple[float | None, str | None]:
     return None, json.dumps(value, sort_keys=True)[:TEXT_MAX]
 
 
-def sync_params(session: Session, run: Run, *, new: bool = False) -> None:
+def sync_params(session: Session, run: Run) -> None:
     """Make the run's rows equal to its hyperparameters and metrics (run flushed first):
     those registered with tbhub (source 'r'), then those the training code wrote
     (`logged_hparams`, `logged_metrics`; source 't') for the keys not registered: a value
-    registered with tbhub wins over the one the code wrote for the same key. A `new` run
-    has no rows yet, so none are deleted (a round trip less per registration)."""
+    registered with tbhub wins over the one the code wrote for the same key. A new run's
+    rows are inserted by the registration itself (new_param_rows)."""
     session.flush()
-    if not new:
-        session.execute(delete(RunParam).where(RunParam.run_id == run.id))
+    session.execute(delete(RunParam).where(RunParam.run_id == run.id))
+    for row in new_param_rows(run):
+        session.add(RunParam(**row))
+
+
+def new_param_rows(run: Run) -> list[dict[str, Any]]:
+    """The run_params rows of `run` (its id known), as column values: a key registered with
+    tbhub wins over the same key written by the training code."""
+    rows: list[dict[str, Any]] = []
     for kind, registered, logged in (("h", run.hparams, run.logged_hparams),
                                      ("m", run.metrics, run.logged_metrics)):  # fmt: skip
         keys: set[str] = set()
@@ -84,8 +91,9 @@ def sync_params(session: Session, run: Run, *, new: bool = False) -> None:
                     continue
                 keys.add(key)
                 num, text = param_cell(value)
-                session.add(RunParam(run_id=run.id, kind=kind, key=key, num=num, text=text,
-                                     source=source))  # fmt: skip
+                rows.append({"run_id": run.id, "kind": kind, "key": key, "num": num,
+                             "text": text, "source": source})  # fmt: skip
+    return rows
 
 
 def effective_params(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:

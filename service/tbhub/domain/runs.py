@@ -15,15 +15,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Select, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, lazyload, sessionmaker
+from sqlalchemy.orm.attributes import set_committed_value
 
 from tbhub.core.db import transaction
 from tbhub.core.errors import InvalidInput, NotFound
-from tbhub.core.models import Project, RetentionState, Run, RunEvent, RunSource, RunStatus, RunTag
+from tbhub.core.models import (
+    Project,
+    RetentionState,
+    Run,
+    RunEvent,
+    RunParam,
+    RunSource,
+    RunStatus,
+    RunTag,
+)
 from tbhub.domain import audit
-from tbhub.domain.run_params import ParamFilter, sync_params, with_param_filters
+from tbhub.domain.run_params import ParamFilter, new_param_rows, sync_params, with_param_filters
 from tbhub.storage.fsops import open_below
 from tbhub.storage.paths import open_project, project_dir
 
@@ -201,40 +211,59 @@ def _register_in(
         try:
             leaf = path.rpartition("/")[2]
             with transaction(factory) as session, _made_dir(parent_fd, leaf):
-                run = Run(
-                    project_id=project_id,
-                    path=path,
-                    name=name,
-                    group="/".join(group_parts) or None,
-                    status=fields.status,
-                    source=RunSource.api,
-                    hparams=fields.hparams,
-                    metrics={},
-                    git_commit=fields.git_commit,
-                    git_branch=fields.git_branch,
-                    git_dirty=fields.git_dirty,
-                    dataset_version=fields.dataset_version,
-                    command=fields.command,
-                    host=fields.host,
-                    notes=fields.notes,
-                    created_by=actor,
-                    created_at=now,
-                    updated_at=now,
-                    finished_at=now if fields.status in TERMINAL else None,
-                    tag_rows=[RunTag(tag=t) for t in tags],
-                )
-                session.add(run)
-                note_event(session, run, "status", fields.status.value, actor=actor, at=now)
-                sync_params(session, run, new=True)
-                audit.record(
-                    session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id
-                )
+                run = _insert_run(session, project, path, project_id, name, group_parts,
+                                  fields, tags, actor, now)  # fmt: skip
             return run
         except (_Taken, IntegrityError):
             continue  # another registration or a directory on disk got there first
     raise InvalidInput(
         f"{MAX_SUFFIX} runs named {name!r} were registered this second; pick another name"
     )
+
+
+def _insert_run(
+    session: Session,
+    project: str,
+    path: str,
+    project_id: int,
+    name: str,
+    group_parts: list[str],
+    fields: RunFields,
+    tags: list[str],
+    actor: str,
+    now: datetime,
+) -> Run:
+    """The run's row, its tags, parameter rows, first status event and audit row, as a few
+    INSERTs in the caller's transaction: the run's one `INSERT ... RETURNING` gives the row
+    back (no re-read), the others carry no ORM unit of work (a registration's CPU was
+    mostly SQLAlchemy's flush bookkeeping)."""
+    run = session.scalars(
+        insert(Run).returning(Run).options(lazyload(Run.tag_rows)),  # set below, no SELECT
+        [{
+            "project_id": project_id, "path": path, "name": name,
+            "group": "/".join(group_parts) or None, "status": fields.status,
+            "source": RunSource.api, "hparams": fields.hparams, "metrics": {},
+            "git_commit": fields.git_commit, "git_branch": fields.git_branch,
+            "git_dirty": fields.git_dirty, "dataset_version": fields.dataset_version,
+            "command": fields.command, "host": fields.host, "notes": fields.notes,
+            "created_by": actor, "created_at": now, "updated_at": now,
+            "finished_at": now if fields.status in TERMINAL else None,
+        }],
+    ).one()  # fmt: skip
+    tag_rows = [RunTag(run_id=run.id, tag=t) for t in tags]
+    if tags:
+        session.execute(insert(RunTag), [{"run_id": run.id, "tag": t} for t in tags])
+    set_committed_value(run, "tag_rows", tag_rows)
+    params = new_param_rows(run)
+    if params:
+        session.execute(insert(RunParam), params)
+    session.execute(
+        insert(RunEvent),
+        [{"run_id": run.id, "kind": "status", "value": fields.status.value, "actor": actor,
+          "at": now}],
+    )  # fmt: skip
+    audit.insert(session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id)
+    return run
 
 
 def get_run(session: Session, *, project_id: int, run_id: int) -> Run:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from tbhub.core.models import AlertRule, Incident, RetentionState, Run, RunEvent, RunStatus
 from tbhub.core.settings import Settings
@@ -31,6 +31,15 @@ CRASHED = {
 }
 ENDED = (RunStatus.finished.value, RunStatus.failed.value, RunStatus.killed.value)
 Rules = Callable[[int, Session], RuleSet]  # project id -> its rules
+
+
+def _runs_of(session: Session, run_ids: set[int]) -> dict[int, Run]:
+    """The runs by id, in one query (a job array's registrations are hundreds of events a
+    pass), their tags left to load if asked for."""
+    if not run_ids:
+        return {}
+    query = select(Run).where(Run.id.in_(run_ids)).options(lazyload(Run.tag_rows))
+    return {run.id: run for run in session.scalars(query)}
 
 
 class RunTable:
@@ -65,12 +74,14 @@ class RunTable:
         late = status.where(RunEvent.id.in_(unseen[:EVENTS_PER_PASS]))
         newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
         raised = 0
-        for event in [*(session.scalars(late) if unseen else ()), *session.scalars(newer)]:
+        events = [*(session.scalars(late) if unseen else ()), *session.scalars(newer)]
+        runs = _runs_of(session, {event.run_id for event in events})
+        for event in events:
             if event.id in self._seen_events:
                 continue
             self._seen_events[event.id] = event.at
             self._cursor = max(self._cursor, event.id)
-            run = session.get(Run, event.run_id)
+            run = runs.get(event.run_id)
             if run is not None:
                 raised += self._status_change(session, run, event, now)
         self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}

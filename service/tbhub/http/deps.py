@@ -93,13 +93,19 @@ class AppContext:
 
 def client_address(request: Request) -> str:
     """The browser's address: X-Forwarded-For only from tbhub's own nginx (proxy_hop.py)."""
-    secret = get_context(request).settings.secret_key
+    secret = app_context(request).settings.secret_key
     assert secret is not None
     return proxy_hop.client_address(request, secret.get_secret_value())
 
 
-def get_context(request: Request) -> AppContext:
+def app_context(request: Request) -> AppContext:
     return request.app.state.context  # type: ignore[no-any-return]
+
+
+async def get_context(request: Request) -> AppContext:
+    """async: a dependency this cheap is not worth a hop to the threadpool and back (sync
+    dependencies run there, each costing more than the dependency itself)."""
+    return app_context(request)
 
 
 ContextDep = Annotated[AppContext, Depends(get_context)]
@@ -253,13 +259,18 @@ def get_optional_caller(
     return Caller.of_user(user)
 
 
-def get_caller(caller: Annotated[Caller | None, Depends(get_optional_caller)]) -> Caller:
+def known_caller(caller: Caller | None) -> Caller:
     if caller is None:
         raise NotAuthenticated(
             "sign in first (open /auth/login in a browser) or send an API token as "
             "`Authorization: Bearer tbh_...`"
         )
     return caller
+
+
+async def get_caller(caller: Annotated[Caller | None, Depends(get_optional_caller)]) -> Caller:
+    """async, as get_context: no threadpool hop for a check this small."""
+    return known_caller(caller)
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
