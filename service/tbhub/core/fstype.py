@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -36,3 +37,20 @@ def filesystem_type(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -
 def is_network_filesystem(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -> bool:
     fs_type = filesystem_type(path, mounts_file)
     return fs_type in NETWORK_FILESYSTEMS or fs_type.startswith("fuse")
+
+
+# What a read of a mount that went away fails with: the FUSE daemon gone (ENOTCONN), an NFS
+# handle the server no longer knows (ESTALE), a soft mount's I/O error or timeout, a host
+# out of reach. Each means "this storage cannot be read now", never "this is empty".
+MOUNT_LOST_ERRNOS = frozenset(
+    {errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMEDOUT, errno.EHOSTDOWN,
+     errno.EHOSTUNREACH, errno.ECONNABORTED, errno.ECONNRESET}
+)  # fmt: skip
+
+
+def is_mount_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the storage's mount is unreachable (dropped, stale or timed out),
+    as opposed to a path that is simply missing or forbidden."""
+    if isinstance(exc, TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in MOUNT_LOST_ERRNOS
