@@ -144,16 +144,19 @@ def unmount(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def sshfs_mount(work: Path, *, dir_cache: bool = False) -> Iterator[SshfsMount]:
-    """`work`/served mounted at `work`/mnt over sshfs from a private sshd on loopback.
+def sshfs_mount(
+    work: Path, *, at: Path | None = None, dir_cache: bool = False
+) -> Iterator[SshfsMount]:
+    """`work`/served mounted at `at` (default `work`/mnt, made if missing) over sshfs from a
+    private sshd on loopback.
     The directory cache is off unless asked for, so what another client writes shows at
     the next listing (sshfs's default keeps listings 20 s)."""
     keys = work / "ssh"
     port = free_port()
     config = write_sshd_files(keys, port)
-    backing, mountpoint = work / "served", work / "mnt"
+    backing, mountpoint = work / "served", at or work / "mnt"
     backing.mkdir()
-    mountpoint.mkdir()
+    mountpoint.mkdir(parents=True, exist_ok=True)
     sshd_log, sshfs_log = keys / "sshd.log", keys / "sshfs.log"
     with open(sshd_log, "wb") as log:
         sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,

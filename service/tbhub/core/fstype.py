@@ -34,9 +34,31 @@ def filesystem_type(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -
     return best_type
 
 
-def is_network_filesystem(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -> bool:
-    fs_type = filesystem_type(path, mounts_file)
+def _is_network_type(fs_type: str) -> bool:
     return fs_type in NETWORK_FILESYSTEMS or fs_type.startswith("fuse")
+
+
+def is_network_filesystem(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -> bool:
+    return _is_network_type(filesystem_type(path, mounts_file))
+
+
+def network_mounts_below(root: Path, mounts_file: Path = Path("/proc/self/mounts")) -> list[Path]:
+    """Network filesystems mounted below `root` (a project's own NFS or sshfs mount under a
+    local storage root, or one deeper in a project), from the mount table alone: nothing
+    under them is read."""
+    target = root.resolve()
+    try:
+        lines = mounts_file.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3 and _is_network_type(fields[2]):
+            mount_point = Path(_unescape(fields[1]))
+            if mount_point != target and mount_point.is_relative_to(target):
+                found.append(mount_point)
+    return sorted(set(found))
 
 
 # What a read of a mount that went away fails with: the FUSE daemon gone (ENOTCONN), an NFS
