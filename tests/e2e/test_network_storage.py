@@ -4,6 +4,10 @@ mounted at the project's directory), then broken: the rest of tbhub keeps answer
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +16,8 @@ import httpx
 import pytest
 
 from tbhub.storage.sample_logs import write_project, write_run
-from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.harness import TBHUB, TbhubServer, wait_until
+from tests.ports import free_port
 from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
@@ -142,3 +147,53 @@ def test_polling_discovers_runs_on_the_mount_and_a_hung_mount_stalls_no_other_pr
             write_run(server.storage / "vision" / name, steps=5)
             wait_until(lambda name=name: name in run_ids(api, "vision"), timeout=90,
                        what=f"local run {name} while the other project's mount hangs")  # fmt: skip
+
+
+def board_row(server: TbhubServer, project: str) -> dict[str, object]:
+    rows = json.loads(server.cli("admin", "board", "list", "--json").stdout)
+    return next(row for row in rows if row["project"] == project)
+
+
+def test_a_board_on_a_hung_mount_is_degraded_not_restarted_in_a_storm(
+    make_server: Callable[..., TbhubServer], tmp_path: Path
+) -> None:
+    with two_projects(make_server, tmp_path) as (server, mount):
+        alice = server.sign_in("alice", "alice-password")
+        wait_until(lambda: board_runs(alice, "remote"), timeout=90, what="remote's board")
+        before = board_row(server, "remote")["restarts"]
+        mount.hang()
+        wait_until(
+            lambda: str(board_row(server, "remote")["status_note"] or "").startswith("degraded:"),
+            timeout=60,
+            what="the hung project's board to show degraded",
+        )
+        row = board_row(server, "remote")
+        assert "is not answering" in str(row["status_note"])
+        # Many passes later (a pass a second), the board was restarted at most once.
+        time.sleep(15)
+        after = board_row(server, "remote")
+        restarts = sum(after["restarts"].values()) - sum(before.values())  # type: ignore[union-attr]
+        assert restarts <= 1, after
+        assert str(after["status_note"]).startswith("degraded:")
+        # The other project's board still starts and answers through the auth hook.
+        assert board_runs(alice, "vision") or wait_until(
+            lambda: board_runs(alice, "vision"), timeout=90, what="vision's board"
+        )
+        mount.resume()
+        wait_until(lambda: not board_row(server, "remote")["status_note"], timeout=60,
+                   what="the note to clear once the mount answers")  # fmt: skip
+
+
+def test_serve_refuses_sqlite_in_a_data_dir_on_the_mount(tmp_path: Path) -> None:
+    with sshfs_mount(tmp_path / "nfs") as mount:
+        data_dir = mount.mountpoint / "data"
+        env = {key: value for key, value in os.environ.items() if not key.startswith("TBHUB_")}
+        env.update(TBHUB_DATA_DIR=str(data_dir), TBHUB_CONFIG=str(tmp_path / "absent.toml"),
+                   TBHUB_STORAGE_ROOT=str(tmp_path / "storage"),
+                   TBHUB_HTTP_PORT=str(free_port()), TBHUB_API_PORT=str(free_port()))  # fmt: skip
+        result = subprocess.run([TBHUB, "serve"], env=env, capture_output=True, text=True,
+                                timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+        assert result.returncode != 0
+        assert f"the data dir {data_dir} is on a network filesystem" in result.stderr
+        assert "TBHUB_DATABASE_URL to PostgreSQL" in result.stderr
+        assert not (data_dir / "tbhub.sqlite3").exists()
