@@ -149,6 +149,25 @@ def test_polling_discovers_runs_on_the_mount_and_a_hung_mount_stalls_no_other_pr
                        what=f"local run {name} while the other project's mount hangs")  # fmt: skip
 
 
+def test_slow_metadata_still_discovers_runs_and_other_projects_answer(
+    make_server: Callable[..., TbhubServer], tmp_path: Path
+) -> None:
+    """Every call on the mount waits up to 0.3 s (sshfs stopped and continued in turn)."""
+    with two_projects(make_server, tmp_path, watch_poll_interval="1") as (server, mount):
+        alice = server.sign_in("alice", "alice-password")
+        api = server.token_client(server.add_token("alice", ["vision", "remote"], scope="read"))
+        wait_until(lambda: len(run_ids(api, "remote")) == 2, timeout=60, what="remote's runs")
+        mount.slow(stopped=0.3, running=0.05)
+        write_run(mount.backing / "slow" / "run-1", steps=5)
+        wait_until(lambda: "slow/run-1" in run_ids(api, "remote"), timeout=120,
+                   what="a run written on the slow mount")  # fmt: skip
+        page = alice.get("/projects/vision", headers=HTML)
+        assert page.status_code == 200 and "run-00" in page.text
+        assert board_runs(alice, "vision") or wait_until(
+            lambda: board_runs(alice, "vision"), timeout=90, what="vision's board"
+        )
+
+
 def board_row(server: TbhubServer, project: str) -> dict[str, object]:
     rows = json.loads(server.cli("admin", "board", "list", "--json").stdout)
     return next(row for row in rows if row["project"] == project)

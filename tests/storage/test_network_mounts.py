@@ -11,9 +11,19 @@ from pathlib import Path
 import pytest
 
 from tbhub.core.errors import ConfigError
-from tbhub.core.fstype import filesystem_type, is_mount_lost, is_network_filesystem
+from tbhub.core.fstype import (
+    filesystem_type,
+    is_mount_lost,
+    is_network_filesystem,
+    network_mounts_below,
+)
 from tbhub.core.settings import Settings, prepare_runtime
-from tests.support.sshfs import SshfsMount, sshfs  # noqa: F401  (the fixture)
+from tests.support.sshfs import (  # noqa: F401  (sshfs: the fixture)
+    SshfsMount,
+    sshfs,
+    sshfs_available,
+    sshfs_mount,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,6 +48,24 @@ def test_an_sshfs_mount_is_a_network_filesystem(sshfs: SshfsMount, tmp_path: Pat
     assert filesystem_type(sshfs.mountpoint) == "fuse.sshfs"
     assert is_network_filesystem(sshfs.mountpoint / "some" / "project")
     assert not is_network_filesystem(tmp_path)
+
+
+def test_network_mounts_below_a_local_root_are_found_from_the_mount_table(
+    tmp_path: Path,
+) -> None:
+    reason = sshfs_available()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "storage"
+    with sshfs_mount(tmp_path / "nfs", at=root / "vision" / "shared") as mount:
+        (root / "local").mkdir()
+        assert network_mounts_below(root) == [mount.mountpoint]
+        assert network_mounts_below(root / "local") == []
+        mount.hang()  # the table alone is read: a hung mount costs nothing
+        try:
+            assert network_mounts_below(root) == [mount.mountpoint]
+        finally:
+            mount.resume()
 
 
 def test_what_another_client_writes_shows_through_the_mount(sshfs: SshfsMount) -> None:  # noqa: F811
