@@ -2,7 +2,8 @@
 # Installs the system programs tbhub needs when they are missing: nginx and rsync to run,
 # and nginx's Lua module with lua-resty-core (nginx keeps connections to boards open with
 # Lua's balancer; without them it proxies with a connection per request);
-# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), node
+# with `test`, also Debian's chromium and openssh (browser and ssh-backup tests), sshfs
+# with fuse3 (the storage root on a real network filesystem, mounted over loopback), node
 # with npm (the OpenID provider the tests sign in against), systemd-analyze (the unit
 # in deploy/systemd is verified), docker.io (the container backend tests) and
 # docker-compose (docker-compose.yml is brought up), prometheus with promtool (the shipped
@@ -24,6 +25,8 @@ case "${1:-}" in
     have npm || missing+=(npm)
     have ssh || missing+=(openssh-client)
     [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+    have sshfs || missing+=(sshfs)
+    have fusermount3 || missing+=(fuse3)
     have systemd-analyze || missing+=(systemd)
     have dockerd || missing+=(docker.io)
     have docker-compose || missing+=(docker-compose)

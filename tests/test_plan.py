@@ -149,6 +149,7 @@ OLD = 500.0  # started long before NOW: past its first minutes
 HEAL = Policy(start_timeout=TIMEOUT, hung_after=3, over_limit_after=2, drain_hold=7,
               drain_max=300, runs_wait=30, memory_fresh=300)  # fmt: skip
 RUNS = frozenset({"run-a", "run-b"})
+MOUNT = "the storage of project p is not answering"
 
 
 def want(**changes: object) -> dict[str, Desired]:
@@ -240,6 +241,18 @@ HEAL_CASES = [
     ("killed at its cgroup limit: forget it, the restart says oom", want(),
      [replace(board("old"), alive=False, exit_reason="oom")], {"old": seen()},
      ["forget old", "start p (oom)"], None),
+    # The project's storage does not answer (a hung network mount): a new board would hang
+    # the same way, so nothing starts or restarts, however the probes fail (no storm).
+    ("storage unavailable, board hung: no restart, it keeps its route", want(storage_unavailable=MOUNT),
+     [board("old", ready=False)], {"old": seen(probe_failures=5)}, [], "old"),
+    ("storage unavailable, board starting: no second start", want(storage_unavailable=MOUNT, serving=None),
+     [board("new", started=990, ready=False)], {"new": seen(ready_at=None)}, [], None),
+    ("storage unavailable, no board: none starts", want(storage_unavailable=MOUNT, serving=None),
+     [], {}, [], None),
+    ("storage unavailable, board exited: forget it, start none", want(storage_unavailable=MOUNT),
+     [replace(board("old"), alive=False)], {"old": seen()}, ["forget old"], None),
+    ("storage unavailable, backoff over after crashes: still no start",
+     want(storage_unavailable=MOUNT, serving=None, failures=3, retry_at=NOW - 1), [], {}, [], None),
 ]  # fmt: skip
 
 
@@ -253,6 +266,18 @@ def test_heal_table(name: str, desired: dict[str, Desired], actual: list[Instanc
     result = plan(desired, actual, now=NOW, policy=HEAL, health=health)
     assert describe(result) == sorted(actions)
     assert result.observed["p"].instance_id == serving
+
+
+def test_a_board_on_unavailable_storage_shows_degraded_with_the_reason() -> None:
+    serving = plan(want(storage_unavailable=MOUNT), [board("old", ready=False)], now=NOW,
+                   policy=HEAL, health={"old": seen(probe_failures=9)})  # fmt: skip
+    assert serving.observed["p"].state == "ready"
+    assert serving.observed["p"].note == f"degraded: {MOUNT}"
+    gone = plan(want(storage_unavailable=MOUNT, serving=None), [], now=NOW, policy=HEAL)
+    assert gone.observed["p"].state == "failed"
+    assert gone.observed["p"].note == f"degraded: {MOUNT}"
+    assert MOUNT in (gone.observed["p"].error or "")
+    assert not gone.failed  # no failure counted: no backoff grows while the mount hangs
 
 
 BUSY_CASES = [

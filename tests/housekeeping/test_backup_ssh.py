@@ -18,8 +18,7 @@ from tbhub.housekeeping import backup
 from tests.housekeeping.conftest import fill_storage, tree_digest
 from tests.housekeeping.test_backup import age_by_a_day
 from tests.ports import free_port
-
-SSHD = "/usr/sbin/sshd"
+from tests.support.sshd_keys import SSHD, write_sshd_files
 
 
 @pytest.fixture
@@ -29,20 +28,8 @@ def ssh_target(tmp_path: Path, jobs_settings: Settings) -> Iterator[Path]:
     if not Path(SSHD).exists() or os.geteuid() != 0:
         pytest.skip("needs openssh-server and root")
     keys = tmp_path / "ssh"
-    keys.mkdir(mode=0o700)
-    for name in ("host", "client"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)],
-                       check=True)  # fmt: skip
-    (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
     port = free_port()
-    config = keys / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
-        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPidFile {keys / 'sshd.pid'}\n"
-        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
-        "StrictModes no\n"
-    )
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+    config = write_sshd_files(keys, port)
     server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE,
                               start_new_session=True)  # fmt: skip
     try:

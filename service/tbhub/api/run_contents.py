@@ -13,6 +13,7 @@ renders as a page.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from email.utils import formatdate
 from typing import Annotated
@@ -39,6 +40,7 @@ from tbhub.http.byte_ranges import (
 from tbhub.http.deps import CallerDep, ContextDep, ProjectInPath, SessionDep
 from tbhub.http.file_body import FileBody, attachment, download_type
 from tbhub.http.http_errors import error_response
+from tbhub.storage.reach import within
 from tbhub.storage.run_files import OpenedFile, list_run_files, open_run_file
 
 router = APIRouter(prefix="/api/v1/projects/{project}/runs/{run_id}/contents", tags=["runs"])
@@ -109,7 +111,10 @@ def list_contents(
     session: SessionDep,
 ) -> ContentsOut:
     run = _readable_run(context, caller, session, project, run_id)
-    files, more = list_run_files(context.settings.storage, project, run.path, limit=LIST_LIMIT)
+    storage = context.settings.storage
+    files, more = within(
+        project, lambda: list_run_files(storage, project, run.path, limit=LIST_LIMIT)
+    )
     return ContentsOut(
         files=[
             ContentOut(path=f.path, bytes=f.bytes, modified=datetime.fromtimestamp(f.mtime, UTC))
@@ -143,8 +148,13 @@ async def download_file(
     if_range: IfRangeHeader = None,
 ) -> Response:
     run = await run_in_threadpool(_readable_run, context, caller, session, project, run_id)
+    storage = context.settings.storage
     opened = await run_in_threadpool(
-        open_run_file, context.settings.storage, project, run.path, path
+        lambda: within(
+            project,
+            lambda: open_run_file(storage, project, run.path, path),
+            discard=lambda late: os.close(late.fd),
+        )
     )
     try:
         return _answer(request, opened, path, range_, if_range)

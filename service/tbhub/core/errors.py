@@ -83,6 +83,14 @@ class DatabaseUnavailable(TbhubError):
     http_status = 503
 
 
+class StorageUnavailable(TbhubError):
+    """A project's storage did not answer in time, or its mount is gone (ENOTCONN, ESTALE):
+    a hung or dropped network filesystem. Nothing was read, written or decided."""
+
+    code = "storage_unavailable"
+    http_status = 503
+
+
 class JobBusy(TbhubError):
     code = "job_busy"
     http_status = 409

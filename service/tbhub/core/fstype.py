@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -33,6 +34,45 @@ def filesystem_type(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -
     return best_type
 
 
-def is_network_filesystem(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -> bool:
-    fs_type = filesystem_type(path, mounts_file)
+def _is_network_type(fs_type: str) -> bool:
     return fs_type in NETWORK_FILESYSTEMS or fs_type.startswith("fuse")
+
+
+def is_network_filesystem(path: Path, mounts_file: Path = Path("/proc/self/mounts")) -> bool:
+    return _is_network_type(filesystem_type(path, mounts_file))
+
+
+def network_mounts_below(root: Path, mounts_file: Path = Path("/proc/self/mounts")) -> list[Path]:
+    """Network filesystems mounted below `root` (a project's own NFS or sshfs mount under a
+    local storage root, or one deeper in a project), from the mount table alone: nothing
+    under them is read."""
+    target = root.resolve()
+    try:
+        lines = mounts_file.read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3 and _is_network_type(fields[2]):
+            mount_point = Path(_unescape(fields[1]))
+            if mount_point != target and mount_point.is_relative_to(target):
+                found.append(mount_point)
+    return sorted(set(found))
+
+
+# What a read of a mount that went away fails with: the FUSE daemon gone (ENOTCONN), an NFS
+# handle the server no longer knows (ESTALE), a soft mount's I/O error or timeout, a host
+# out of reach. Each means "this storage cannot be read now", never "this is empty".
+MOUNT_LOST_ERRNOS = frozenset(
+    {errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMEDOUT, errno.EHOSTDOWN,
+     errno.EHOSTUNREACH, errno.ECONNABORTED, errno.ECONNRESET}
+)  # fmt: skip
+
+
+def is_mount_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the storage's mount is unreachable (dropped, stale or timed out),
+    as opposed to a path that is simply missing or forbidden."""
+    if isinstance(exc, TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in MOUNT_LOST_ERRNOS

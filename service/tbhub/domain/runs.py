@@ -35,7 +35,7 @@ from tbhub.core.models import (
 from tbhub.domain import audit
 from tbhub.domain.run_params import ParamFilter, new_param_rows, sync_params, with_param_filters
 from tbhub.storage.fsops import open_below
-from tbhub.storage.paths import open_project, project_dir
+from tbhub.storage.paths import open_project, project_path
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+,@-]{0,99}")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,63}")
@@ -90,7 +90,9 @@ def like_escape(text: str) -> str:
 
 
 def run_logdir(storage_root: Path, project: str, run: Run) -> Path:
-    return project_dir(storage_root, project) / run.path
+    """Where the run's files are, as a name only (the API shows it): no filesystem is read,
+    so listing runs never waits on a hung network mount."""
+    return project_path(storage_root, project) / run.path
 
 
 def upload_url(project: str, run_id: int) -> str:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -36,11 +37,13 @@ from watchdog.events import (
 )
 from watchdog.observers.api import BaseObserver
 
-from tbhub.core.fstype import is_network_filesystem
+from tbhub.core.errors import StorageUnavailable
+from tbhub.core.fstype import is_network_filesystem, network_mounts_below
 from tbhub.core.metrics import instruments
 from tbhub.core.names import PROJECT_SLUG
 from tbhub.storage.event_health import FramingWatch, Healer
 from tbhub.storage.paths import project_problem
+from tbhub.storage.reach import within
 from tbhub.storage.scan import (
     EVENT_FILE_PREFIX,
     NONE_CLAIMED,
@@ -164,6 +167,7 @@ class StorageWatcher:
         settle: float = 0.1,
         min_gap: float = 0.5,
         retry_after: float = 5.0,
+        storage_wait: float = 10.0,
     ) -> None:
         self.root = root.resolve()
         self.sink = sink
@@ -183,6 +187,8 @@ class StorageWatcher:
         self.settle = settle  # let a burst of events gather before a flush
         self.min_gap = min_gap  # at most one flush (one DB write) per this many seconds
         self.retry_after = retry_after
+        # Seconds a flush waits for one project's storage before leaving it for later.
+        self.storage_wait = storage_wait
         self.index = RunIndex()
         self._prefix = str(self.root) + os.sep
         self._dirty: set[tuple[str, str, bool]] = set()  # (project, dir, may hold a new run)
@@ -196,6 +202,7 @@ class StorageWatcher:
         self._record_lock = threading.Lock()  # one writer of the sink and the index at a time
         self._scanner: threading.Thread | None = None
         self._observer: BaseObserver | None = None
+        self._mount_observer: BaseObserver | None = None  # polls network mounts of projects
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -225,14 +232,31 @@ class StorageWatcher:
             observer.schedule(handler, str(self.root), recursive=True, event_filter=CHANGE_EVENTS)
             observer.start()
         log.info("watching %s for runs (%s)", self.root, self.mode)
+        if self.mode == "inotify":
+            self._mount_observer = self._poll_network_mounts(handler)
+        return observer
+
+    def _poll_network_mounts(self, handler: FileSystemEventHandler) -> BaseObserver | None:
+        """Projects mounted from a network filesystem under a local root are polled too:
+        inotify hears nothing that another machine writes there. Each has a walker thread
+        of its own, so a mount that hangs stops only its own discovery."""
+        mounts = network_mounts_below(self.root)
+        if not mounts:
+            return None
+        observer = make_observer("polling", self.poll_interval)
+        for mount in mounts:
+            observer.schedule(handler, str(mount), recursive=True, event_filter=CHANGE_EVENTS)
+            log.info("polling %s every %gs: a network filesystem", mount, self.poll_interval)
+        observer.start()
         return observer
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
+        for observer in (self._observer, self._mount_observer):
+            if observer is not None:
+                observer.stop()
+                observer.join(timeout)
         for thread in (self._thread, self._scanner):
             if thread is not None:
                 thread.join(timeout)
@@ -321,14 +345,31 @@ class StorageWatcher:
 
     def _scan_everything(self) -> None:
         with os.scandir(self.root) as entries:
-            projects = [e.name for e in entries if self._is_project(e.name)]
+            names = [e.name for e in entries if PROJECT_SLUG.fullmatch(e.name)]
+        later: set[tuple[str, str, bool]] = set()  # on a mount that does not answer now
+        projects = []
+        for name in names:
+            try:
+                if within(f"watcher:{name}", partial(self._is_project, name),
+                          timeout=self.storage_wait, max_waiting=1):  # fmt: skip
+                    projects.append(name)
+            except StorageUnavailable:
+                later.add((name, "", True))
         scanned = scan_projects(
             [(str(self.root / name), name, self.claims(name)) for name in projects]
         )
+        later |= {(name, "", True) for name, runs in zip(projects, scanned, strict=True)
+                  if runs is None}  # fmt: skip
+        if later:
+            log.warning("storage of %s not answering; scanned once it does",
+                        ", ".join(sorted(name for name, _, _ in later)))  # fmt: skip
+            with self._dirty_lock:
+                self._during_scan |= later
         with self._record_lock:
             changes = [
                 self.index.diff(name, "", runs)
                 for name, runs in zip(projects, scanned, strict=True)
+                if runs is not None
             ]
             self.sink.record(changes)
             for change in changes:
@@ -357,20 +398,18 @@ class StorageWatcher:
             by_project.setdefault(project, []).append((rel, may_be_run))
         measured: dict[str, list[tuple[str, list[RunInfo]]]] = {}
         for project, marks in by_project.items():
-            if not self._is_project(project):
+            try:
+                found = within(f"watcher:{project}", partial(self._measure, project, marks),
+                               timeout=self.storage_wait, max_waiting=1)  # fmt: skip
+            except StorageUnavailable:
+                # A hung or dropped mount: nothing is concluded (no run is gone); measured
+                # again at a later flush, while the other projects go on.
+                log.warning("project %s's storage is not answering; its changes wait", project)
+                with self._dirty_lock:
+                    self._dirty |= {(project, rel, may) for rel, may in marks}
                 continue
-            claimed = self.claims(project)
-            targets = set()
-            for rel, may_be_run in marks:
-                target = owner_at_or_above(claimed, rel) or self.index.owner(project, rel)
-                if target is None and may_be_run:
-                    target = rel
-                if target is not None:
-                    targets.add(target)
-            measured[project] = [
-                (rel, scan_under(self.root / project, project, rel, claimed))
-                for rel in _outermost(targets)
-            ]
+            if found is not None:
+                measured[project] = found
         with self._record_lock:
             changes = [self.index.diff_many(project, found) for project, found in measured.items()]
             changes = [change for change in changes if change.runs or change.gone]
@@ -387,6 +426,25 @@ class StorageWatcher:
         if event_files and self.on_event_files is not None:
             self.on_event_files(event_files)
         return changes
+
+    def _measure(
+        self, project: str, marks: list[tuple[str, bool]]
+    ) -> list[tuple[str, list[RunInfo]]] | None:
+        """Every run at or under the marked paths of one project, or None for no project."""
+        if not self._is_project(project):
+            return None
+        claimed = self.claims(project)
+        targets = set()
+        for rel, may_be_run in marks:
+            target = owner_at_or_above(claimed, rel) or self.index.owner(project, rel)
+            if target is None and may_be_run:
+                target = rel
+            if target is not None:
+                targets.add(target)
+        return [
+            (rel, scan_under(self.root / project, project, rel, claimed))
+            for rel in _outermost(targets)
+        ]
 
     def _heal(self, event_files: set[tuple[str, str]]) -> None:
         """Ask for a restart of each board whose event files were rewritten in place."""

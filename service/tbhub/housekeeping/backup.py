@@ -11,6 +11,7 @@ snapshot; the others keep their previous checksum.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +29,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
-from tbhub.core.errors import BackupFailed, ConfigError, InvalidInput, NotFound, TbhubError
+from tbhub.core.errors import (
+    BackupFailed,
+    ConfigError,
+    InvalidInput,
+    NotFound,
+    StorageUnavailable,
+    TbhubError,
+)
+from tbhub.core.fstype import is_network_filesystem, network_mounts_below
 from tbhub.core.models import BackupRun
 from tbhub.core.names import check_project_name
 from tbhub.core.settings import Settings
@@ -48,6 +58,7 @@ from tbhub.housekeeping.targets import UNREACHABLE_CODES, Target, TargetUnreacha
 from tbhub.storage.compare_view import compare_root
 from tbhub.storage.fsops import split_relative
 from tbhub.storage.paths import inside_root, project_dir
+from tbhub.storage.reach import within
 
 T = TypeVar("T")
 STAT_LINES = {
@@ -139,7 +150,34 @@ class SnapshotResult:
     resumed: bool = False
 
 
+# Seconds a backup waits for each network mount of the storage to list its top directory.
+MOUNT_CHECK_WAIT = 30.0
+
+
+def require_readable_storage(settings: Settings) -> None:
+    """Refuse, before rsync runs, a storage whose network mounts do not answer: rsync would
+    hang on a hung mount, and a dropped one would make a snapshot without its projects."""
+    storage = settings.storage.resolve()
+    mounts = network_mounts_below(storage)
+    if is_network_filesystem(storage):
+        mounts.insert(0, storage)
+    unreadable = []
+    for mount in mounts:
+        try:
+            within(f"backup:{mount}", partial(os.listdir, mount), timeout=MOUNT_CHECK_WAIT,
+                   max_waiting=1)  # fmt: skip
+        except StorageUnavailable:
+            unreadable.append(str(mount))
+    if unreadable:
+        raise BackupFailed(
+            f"backup did nothing: {', '.join(unreadable)} cannot be read (a network mount "
+            "disconnected or not answering), and a snapshot without it would pass for a "
+            "complete one; remount it, then run the backup again"
+        )
+
+
 def take_snapshot(settings: Settings, target: Target, now: datetime) -> SnapshotResult:
+    require_readable_storage(settings)
     target.ensure_root()
     complete, partial = classify(target.entries())
     name = snapshot_name(now)

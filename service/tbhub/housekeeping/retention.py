@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
-from tbhub.core.errors import JobBusy, NotFound, TbhubError, UnsafePath
+from tbhub.core.errors import JobBusy, NotFound, StorageUnavailable, TbhubError, UnsafePath
 from tbhub.core.models import PinnedRun, Project, RetentionOverride, TrashEntry
 from tbhub.core.settings import Settings
 from tbhub.domain import audit
@@ -35,7 +35,14 @@ from tbhub.housekeeping.config import archive_root, job_lock
 from tbhub.housekeeping.journal import finish_archive, finish_trash, move_into_trash, recover, utc
 from tbhub.storage.fsops import is_real_dir, parent_of, require_safe_rmtree, split_relative
 from tbhub.storage.paths import project_dir
-from tbhub.storage.scan import RunInfo, ScanItem, measure_dir, scan_projects
+from tbhub.storage.scan import (
+    NONE_CLAIMED,
+    Claimed,
+    RunInfo,
+    ScanItem,
+    measure_dir,
+    scan_projects,
+)
 
 log = logging.getLogger("tbhub.retention")
 
@@ -88,10 +95,33 @@ def plan_retention(
             log.error("retention skips project %s: %s", item.project, exc.message)
             continue
         usable.append(item)
+    scanned = scan_projects(dirs)
+    refuse_partial([item.project for item, runs in zip(usable, scanned, strict=True)
+                    if runs is None])  # fmt: skip
     return [
-        plan_project(item.project, runs, item.policy, pinned=set(item.pinned), now=now)
-        for item, runs in zip(usable, scan_projects(dirs), strict=True)
+        plan_project(item.project, runs or [], item.policy, pinned=set(item.pinned), now=now)
+        for item, runs in zip(usable, scanned, strict=True)
     ]
+
+
+def refuse_partial(unreadable: list[str]) -> None:
+    """Retention decides from complete listings only: a project whose storage could not be
+    listed to the end (a dropped or stale network mount) stops the whole run, before
+    anything is moved. With part of a listing, "keep the newest N" would keep the wrong N."""
+    if unreadable:
+        raise StorageUnavailable(
+            f"retention did nothing: the storage of {', '.join(sorted(unreadable))} could not "
+            "be listed (its network mount is disconnected or not answering), and retention "
+            "never decides from a partial listing; remount it, then run retention again"
+        )
+
+
+def _listed(settings: Settings, project: str, claimed: Claimed = NONE_CLAIMED) -> list[RunInfo]:
+    """Every run of one project, or StorageUnavailable if its listing met a lost mount."""
+    runs = scan_projects([(str(project_dir(settings.storage, project)), project, claimed)])[0]
+    if runs is None:
+        refuse_partial([project])
+    return runs or []
 
 
 @dataclass
@@ -245,8 +275,7 @@ def set_override(
 def check_run_exists(settings: Settings, *, project: str, run_path: str) -> None:
     """Refuse a run that is not there now, naming the project's runs that look like it."""
     split_relative(run_path)
-    runs = [run.path for run in scan_projects([(str(project_dir(settings.storage, project)),
-                                                project)])[0]]  # fmt: skip
+    runs = [run.path for run in _listed(settings, project)]
     if run_path in runs:
         return
     hint = similar_runs_hint(
@@ -317,7 +346,7 @@ def delete_project(
     with factory() as session:
         get_project(session, name=project)
         claimed = registered_paths(session, project=project)
-    runs = scan_projects([(str(project_dir(settings.storage, project)), project, claimed)])[0]
+    runs = _listed(settings, project, claimed)
     plan = ProjectPlan(project=project, policy=Policy(action="trash"),
                        remove=[Decision(run, ("project_deleted",)) for run in runs])  # fmt: skip
     report = apply_plans(factory, settings, [plan], actor=actor)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbhub.core.errors import InvalidInput, NameTooLong, NotFound, UnsafePath
+from tbhub.core.fstype import is_mount_lost
 from tbhub.core.upload_protocol import HIDDEN_SUFFIXES, MAX_PATH_BYTES
 from tbhub.storage.fsops import DIR_FLAGS, open_below, split_relative
 from tbhub.storage.paths import open_project
@@ -75,7 +76,8 @@ class RunFile:
 def list_run_files(
     storage_root: Path, project: str, run_path: str, *, limit: int = 500
 ) -> tuple[list[RunFile], bool]:
-    """Up to `limit` files of the run, and whether there were more; none if it is gone."""
+    """Up to `limit` files of the run, and whether there were more; none if it is gone.
+    A lost mount (ENOTCONN, ESTALE, EIO) raises: it says nothing of what is there."""
     files: list[RunFile] = []
     try:
         with (
@@ -88,7 +90,11 @@ def list_run_files(
                 if len(files) == limit:
                     return files, True
                 files.append(RunFile(path, st.st_size, st.st_mtime))
-    except (OSError, UnsafePath):  # gone, or a symlink where the run should be
+    except OSError as exc:  # gone; but a lost mount is no proof of that
+        if is_mount_lost(exc):
+            raise
+        return [], False
+    except UnsafePath:  # a symlink where the run should be
         return [], False
     return files, False
 

@@ -27,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from tbhub.core.errors import UnsafePath
+from tbhub.core.fstype import is_mount_lost
 from tbhub.storage.fsops import DIR_FLAGS, open_below
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -85,7 +86,8 @@ def scan_project(
     runs: list[RunInfo] = []
     try:
         top = os.open(project_dir, DIR_FLAGS)
-    except OSError:  # gone, or a symlink (ELOOP): never walked
+    except OSError as exc:  # gone, or a symlink (ELOOP): never walked
+        _raise_if_mount_lost(exc)
         return runs
     try:
         with os.scandir(top) as scanner:
@@ -112,7 +114,8 @@ def _walk(
     traced = set() if traced is None else traced
     try:
         fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
-    except (FileNotFoundError, NotADirectoryError, PermissionError, OSError):
+    except OSError as exc:
+        _raise_if_mount_lost(exc)
         return 0, 0, 0.0  # gone, swapped for a symlink (ELOOP) or unreadable
     total = count = 0
     newest = 0.0
@@ -168,11 +171,15 @@ def scan_under(
     runs: list[RunInfo] = []
     try:
         top = os.open(project_dir, DIR_FLAGS)
-    except OSError:
+    except OSError as exc:
+        _raise_if_mount_lost(exc)
         return runs
     try:
         parent = open_below(top, parts[:-1])
-    except (UnsafePath, OSError):
+    except UnsafePath:
+        return runs
+    except OSError as exc:
+        _raise_if_mount_lost(exc)
         return runs
     finally:
         os.close(top)
@@ -181,6 +188,13 @@ def scan_under(
     finally:
         os.close(parent)
     return runs
+
+
+def _raise_if_mount_lost(exc: OSError) -> None:
+    """A lost mount (ENOTCONN, ESTALE, EIO) is no empty directory: a listing that met one is
+    partial, and whoever reads it must not conclude that runs are gone."""
+    if is_mount_lost(exc):
+        raise exc
 
 
 def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:
@@ -192,12 +206,19 @@ def measure_dir(parent_fd: int, name: str) -> tuple[int, int, float]:
 ScanItem = tuple[str, str] | tuple[str, str, Claimed]  # (directory, project[, claimed])
 
 
-def _scan_one(item: ScanItem) -> list[RunInfo]:
-    return scan_project(*item)
+def _scan_one(item: ScanItem) -> list[RunInfo] | None:
+    try:
+        return scan_project(*item)
+    except OSError as exc:
+        if is_mount_lost(exc):
+            return None
+        raise
 
 
-def scan_projects(items: Sequence[ScanItem]) -> list[list[RunInfo]]:
-    """scan_project for each (directory, project[, claimed]), in worker processes when there are
+def scan_projects(items: Sequence[ScanItem]) -> list[list[RunInfo] | None]:
+    """scan_project for each (directory, project[, claimed]): None for a project whose
+    listing met a lost mount part way (ENOTCONN, ESTALE, EIO), as its runs are unknown.
+    In worker processes when there are
     several projects and CPUs. Threads do not help: the walk holds the GIL between stats.
     A single-threaded caller (the CLI) forks, which costs nothing; the server runs threads,
     so there the workers are spawned (they then import the server's modules once each)."""

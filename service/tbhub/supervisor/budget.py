@@ -29,6 +29,22 @@ def refuse(want: Desired, instances: list[Instance], result: Plan) -> None:
     result.observed[want.project] = Observed("failed", error=error)
 
 
+def degrade(want: Desired, instances: list[Instance], result: Plan) -> None:
+    """The project's storage does not answer (a hung or dropped network mount): a new board
+    would hang reading it as the old one does, so nothing starts and nothing is restarted,
+    however its health probes fail: no restart storm. A board still serving keeps its route
+    (it may answer from what it loaded); the state carries the reason as its note."""
+    note = f"degraded: {want.storage_unavailable}"
+    serving = next((i for i in instances if i.instance_id == want.serving and i.upstream), None)
+    if serving is not None:
+        result.observed[want.project] = Observed(
+            "ready", upstream=serving.upstream, instance_id=serving.instance_id, note=note
+        )
+    else:
+        error = f"not serving {want.project}: {want.storage_unavailable}"
+        result.observed[want.project] = Observed("failed", error=error, note=note)
+
+
 # The setting an operator raises when the budget is too small (docs/configuration.md).
 BUDGET_SETTING = "TBHUB_BOARD_MEMORY_BUDGET"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
-from tbhub.core.errors import TbhubError
+from tbhub.core.errors import StorageUnavailable, TbhubError
 from tbhub.core.models import ObservedState
 from tbhub.core.names import is_compare_slug
 from tbhub.core.settings import Settings
@@ -32,6 +32,7 @@ from tbhub.storage.compare_view import (
     sync_view,
 )
 from tbhub.storage.links import LINK_CHECK_SECONDS, first_outside_link
+from tbhub.storage.reach import within
 from tbhub.supervisor.backends.base import Backend
 from tbhub.supervisor.board_process import plugin_errors
 from tbhub.supervisor.metrics import SupervisorMetrics
@@ -54,6 +55,9 @@ log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
 FAST_INTERVAL = 0.1
+# Seconds a pass waits for one project's symlink check (or a compare view's links) before
+# calling its storage unavailable; the check goes on and is asked for again next pass.
+LINK_CHECK_WAIT = 10.0
 PLUGIN_LOG_LINES = 400  # of a board's log read when it is ready: its plugins' load errors
 
 
@@ -244,20 +248,34 @@ class Supervisor:
             for name, want in desired.items()
             if want.running
             and want.refusal is None
+            and want.storage_unavailable is None
             and (name not in live or now - self._links.get(name, (float("-inf"), None))[0]
                  >= LINK_CHECK_SECONDS)
         ]  # fmt: skip
-        found = self._pool.map(
-            lambda name: first_outside_link(Path(desired[name].spec.logdir)), due
-        )
-        for name, link in zip(due, found, strict=True):
+
+        def check(name: str) -> str | StorageUnavailable | None:
+            logdir = Path(desired[name].spec.logdir)
+            try:
+                return within(name, lambda: first_outside_link(logdir),
+                              timeout=LINK_CHECK_WAIT, max_waiting=1)  # fmt: skip
+            except StorageUnavailable as exc:  # checked again at the next pass
+                return exc
+
+        unavailable: dict[str, str] = {}
+        for name, link in zip(due, self._pool.map(check, due), strict=True):
+            if isinstance(link, StorageUnavailable):
+                unavailable[name] = link.message
+                continue
             if link is not None and self._links.get(name, (0.0, None))[1] != link:
                 log.error("not serving project %s: symlink %s leads outside it", name, link)
             self._links[name] = (now, link)
-        return {
+        checked = {
             name: replace(want, unsafe_link=self._links[name][1]) if name in self._links else want
             for name, want in desired.items()
         }
+        for name, message in unavailable.items():
+            checked[name] = replace(checked[name], storage_unavailable=message)
+        return checked
 
     def _sync_views(
         self,
@@ -278,9 +296,11 @@ class Supervisor:
         ]
 
         def sync(slug: str) -> str | None:
+            root, compare_root = Path(self.storage_root), Path(self.compare_root)
             try:
-                sync_view(Path(self.storage_root), Path(self.compare_root), slug, views[slug])
-            except TbhubError as exc:
+                within(slug, lambda: sync_view(root, compare_root, slug, views[slug]),
+                       timeout=LINK_CHECK_WAIT, max_waiting=1)  # fmt: skip
+            except TbhubError as exc:  # StorageUnavailable too: a run's mount hangs
                 return exc.message
             except OSError as exc:
                 return f"the compare view could not be built: {exc}"

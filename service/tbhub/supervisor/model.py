@@ -73,6 +73,9 @@ class Desired:
     # Any other reason the board must not run (a compare view that cannot be built): no
     # board at all, and this is the error shown.
     refusal: str | None = None
+    # The project's storage did not answer the supervisor's check (a hung or dropped network
+    # mount): the board is degraded, never started or restarted until the storage answers.
+    storage_unavailable: str | None = None
 
     @property
     def project(self) -> str:

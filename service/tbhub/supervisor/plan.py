@@ -3,8 +3,8 @@
 `plan` reads no clock, file or process; the loop observes and applies. Every action is safe
 to repeat, so a pass that dies half-way is finished by the next one. Every decision (crash,
 start timeout, memory limit, hung board, blue/green switch and drain, memory budget,
-unsafe links) is made here or in the two modules it calls (board_plan.py, budget.py), so
-tests/test_plan.py can state each one as a row of a table.
+unsafe links, storage that does not answer) is made here or in the two modules it calls
+(board_plan.py, budget.py), so tests/test_plan.py can state each one as a row of a table.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tbhub.supervisor.board_plan import BoardPlan, memory_backoff_seconds
-from tbhub.supervisor.budget import admit, refuse
+from tbhub.supervisor.budget import admit, degrade, refuse
 from tbhub.supervisor.model import (
     Action,
     BoardSpec,
@@ -79,6 +79,9 @@ def plan(
             continue
         if want.unsafe_link is not None or want.refusal is not None:
             refuse(want, by_project.get(project, []), result)
+            continue
+        if want.storage_unavailable is not None:
+            degrade(want, by_project.get(project, []), result)
             continue
         board = BoardPlan(want, by_project.get(project, []), result, now, policy)
         start = board.decide(crashed=crashed.get(project))

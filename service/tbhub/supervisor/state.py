@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tbhub.core.errors import UnsafePath
+from tbhub.core.errors import StorageUnavailable, UnsafePath
+from tbhub.core.fstype import is_network_filesystem, network_mounts_below
 from tbhub.core.models import (
     Board,
     BoardSettings,
@@ -35,6 +36,7 @@ from tbhub.domain.boards import BoardRef, cull_idle_boards, flush_access
 from tbhub.domain.views import view_runs, views_by_board
 from tbhub.storage.compare_view import COMPARE_DIR_NAME, ViewRun
 from tbhub.storage.paths import project_dir, project_path
+from tbhub.storage.reach import within
 from tbhub.supervisor.plan import BoardSpec, Desired, Drain, Plan, board_prefix
 
 log = logging.getLogger("tbhub.supervisor")
@@ -55,8 +57,30 @@ def _at(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
-def board_spec(project: str, storage_root: str, settings: BoardSettings | None = None) -> BoardSpec:
-    logdir = project_dir(Path(storage_root), project)
+# Seconds a pass waits for a project's directory before calling its storage unavailable.
+STORAGE_CHECK_WAIT = 2.0
+
+
+def board_spec(
+    project: str,
+    storage_root: str,
+    settings: BoardSettings | None = None,
+    *,
+    check: bool = True,
+    bounded: bool = True,
+) -> BoardSpec:
+    """The board's spec. `check`: the project directory is opened by the one rule
+    (UnsafePath); `bounded` (it is on a network filesystem): waiting at most
+    STORAGE_CHECK_WAIT (StorageUnavailable), as a network mount that hangs must not hold
+    the pass, nor every other project's board, with it."""
+    root = Path(storage_root)
+    if check and bounded:
+        logdir = within(project, lambda: project_dir(root, project),
+                        timeout=STORAGE_CHECK_WAIT, max_waiting=1)  # fmt: skip
+    elif check:
+        logdir = project_dir(root, project)
+    else:
+        logdir = project_path(root, project)
     spec = BoardSpec(project=project, logdir=str(logdir), path_prefix=board_prefix(project))
     if settings is None:
         return spec
@@ -68,6 +92,15 @@ def board_spec(project: str, storage_root: str, settings: BoardSettings | None =
         samples_per_plugin=settings.samples_per_plugin or "",
         plugins=tuple(sorted(settings.plugins or ())),
     )
+
+
+def network_project_dirs(root: Path) -> Callable[[str], bool]:
+    """Whether a project's directory is on a network filesystem (the root's, or a mount of
+    its own): from the mount table, read once a pass. Local ones are opened directly."""
+    if is_network_filesystem(root):
+        return lambda _name: True
+    mounts = {mount.name for mount in network_mounts_below(root) if mount.parent == root.resolve()}
+    return lambda name: name in mounts
 
 
 def compare_spec(slug: str, compare_root: str) -> BoardSpec:
@@ -133,8 +166,9 @@ def read_desired(
     compares = session.execute(select(CompareBoard.slug, *_state_columns(CompareBoard))).all()
     compare_root = compare_root or str(Path(storage_root) / COMPARE_DIR_NAME)
     desired: dict[str, _Want] = {}
+    on_network = network_project_dirs(Path(storage_root))
     for name, settings, *columns in rows:
-        spec = partial(board_spec, name, storage_root, settings)
+        spec = partial(board_spec, name, storage_root, settings, bounded=on_network(name))
         try:
             want = _desired(name, _BoardColumns(*columns), settings, limits, spec)
         except UnsafePath as exc:
@@ -144,6 +178,11 @@ def read_desired(
             refused = BoardSpec(name, str(project_path(Path(storage_root), name)),
                                 board_prefix(name))  # fmt: skip
             want = _Want(Desired(spec=refused, running=True, refusal=exc.message))
+        except StorageUnavailable as exc:
+            log.warning("board of project %s degraded: %s", name, exc.message)
+            unchecked = partial(board_spec, name, storage_root, settings, check=False)
+            want = _desired(name, _BoardColumns(*columns), settings, limits, unchecked)
+            want = replace(want, desired=replace(want.desired, storage_unavailable=exc.message))
         desired[name] = want
     for slug, *columns in compares:
         spec = partial(compare_spec, slug, compare_root)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from tbhub.auth.caller import ProjectAccess, require_project
 from tbhub.core.bounds import INT32_MAX, INT64_MAX, RUN_GROUP_MAX, TAG_MAX, TOKEN_MAX, URL_PATH_MAX
+from tbhub.core.errors import StorageUnavailable
 from tbhub.core.models import Board, PinnedRun, RetentionState, Role, Run, RunStatus, RunTag, User
 from tbhub.core.names import one_of
 from tbhub.domain.overview import board_detail, board_state, run_state
@@ -27,6 +28,7 @@ from tbhub.domain.sparkline import sparkline_svg
 from tbhub.health.incidents import run_filter
 from tbhub.housekeeping import retention
 from tbhub.http.deps import AppContext, ContextDep, ProjectInPath, SessionDep
+from tbhub.storage.reach import within
 from tbhub.storage.run_files import RunFile, list_run_files
 from tbhub.storage.scalars import pick_curve
 from tbhub.supervisor.board_assets import stamped_files
@@ -217,8 +219,13 @@ def run_page(
     )
     files: list[RunFile] = []
     more = False
+    storage_error = None
     if run.retention_state == RetentionState.present:
-        files, more = list_run_files(context.settings.storage, project, run.path)
+        storage = context.settings.storage
+        try:
+            files, more = within(project, lambda: list_run_files(storage, project, run.path))
+        except StorageUnavailable as exc:  # a hung or dropped mount: the rest still shows
+            storage_error = exc.message
     now = datetime.now(UTC)
     stalled_after = timedelta(minutes=context.settings.run_stalled_minutes)
     values = {
@@ -232,6 +239,7 @@ def run_page(
         "incidents": run_timeline(session, project=access, run_path=run.path),
         "files": files,
         "more_files": more,
+        "storage_error": storage_error,
         "board": _board(session, access),
         "board_links": board_filter_links(project, run.path),
         "live_url": f"/api/v1/projects/{quote(project)}/state?run={run.id}",
