@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psutil
+from sqlalchemy import select
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from _soak_load import TAGS, WrittenRun
 from _tbhub import Tbhub
+from tbhub.core.db import make_engine, make_session_factory
+from tbhub.core.models import BackupRun
 from tbhub.core.processes import ProcessRef, stop_group
 
 LEADER = re.compile(r"^tbhub_supervisor_leader (\d)(?:\.0)?$", re.M)
@@ -158,16 +163,16 @@ def kill_leader(replicas: list[Tbhub], down_seconds: float) -> str:
     return f"killed the leader (port {leader.http_port}); another led after {took:.1f}s"
 
 
-def running_board(state_dir: Path, exclude: set[str]) -> dict[str, object] | None:
-    """A running board's state record (not one of `exclude`'s projects)."""
-    records = [r for r in board_records(state_dir) if r.get("project") not in exclude]
-    return records[0] if records else None
+def running_board(state_dir: Path) -> dict[str, object] | None:
+    """A running board's state record, picked at random."""
+    records = board_records(state_dir)
+    return random.choice(records) if records else None
 
 
 def leak(hub: Tbhub, cookie: str, state_dir: Path, mib: int) -> str:
     """Ask a running board (the leaky board) to keep `mib` MiB: past its limit, tbhub
     replaces it blue/green."""
-    record = running_board(state_dir, set())
+    record = running_board(state_dir)
     if record is None:
         return "leak: no board running"
     project = record.get("project")
@@ -179,7 +184,7 @@ def leak(hub: Tbhub, cookie: str, state_dir: Path, mib: int) -> str:
 
 def crash(state_dir: Path) -> str:
     """SIGKILL a running board's process group (PID + start time from its state file)."""
-    record = running_board(state_dir, set())
+    record = running_board(state_dir)
     if record is None:
         return "crash: no board running"
     ref = ProcessRef(int(str(record["pid"])), float(str(record["create_time"])))
@@ -207,6 +212,17 @@ def read_back(runs: list[WrittenRun]) -> dict[str, object]:
         if lost:
             missing.append(f"{run.logdir}: {len(lost)} steps missing, first {lost[:5]}")
     return {"records_written": written, "records_read_back": read, "missing": missing}
+
+
+def backup_runs(url: str) -> dict[str, int]:
+    """How many scheduled backups ran, by their end state (the database's record: snapshot
+    retention keeps only the newest of each day on the target)."""
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session:
+            return dict(Counter(session.scalars(select(BackupRun.state))))
+    finally:
+        engine.dispose()
 
 
 def verify_backups(hub: Tbhub) -> dict[str, object]:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import sys
 import threading
@@ -56,6 +57,7 @@ from _processes import temp_dir
 from _reports import arguments, at_least, emit_json, log
 from _soak_checks import (
     Watch,
+    backup_runs,
     crash,
     kill_leader,
     leak,
@@ -79,6 +81,7 @@ ADMIN = "soak-admin"
 MEMORY_LIMIT, LEAK_MIB = "400MiB", 600
 RSS_TARGET = 0.10
 OLD_DAYS = 60
+STOP_GRACE = 300.0  # SIGTERM to a serve, then SIGKILL: it stops every board first
 
 
 def seed(url: str, storage: Path, projects: int, users: int, writers: int) -> dict[str, Any]:
@@ -155,6 +158,17 @@ def fault_plan(duration: float, warmup: float, replicas: int) -> list[tuple[floa
     return [(warmup + span * i / max(1, len(order) - 1), k) for i, k in enumerate(order)]
 
 
+def keep_logs(replicas: list[Tbhub], into: Path) -> None:
+    """Copy each replica's serve log and nginx error log into `into` (the work dir goes)."""
+    for replica in replicas:
+        where = into / replica.root.name
+        where.mkdir(parents=True, exist_ok=True)
+        for log_file in [replica.root / "serve.log",
+                         replica.data_dir / "nginx" / "logs" / "nginx-error.log"]:  # fmt: skip
+            if log_file.exists():
+                shutil.copy(log_file, where / log_file.name)
+
+
 def log_counts(replicas: list[Tbhub]) -> dict[str, int]:
     text = "".join((r.root / "serve.log").read_text(errors="replace") for r in replicas)
     return {
@@ -162,6 +176,9 @@ def log_counts(replicas: list[Tbhub]) -> dict[str, int]:
         "crash_restarts": text.count("(reason: crash)"),
         "retention_passes": text.count("retention: {"),
         "backup_failures": text.count("backup failed"),
+        "reconcile_failures": text.count("reconcile pass failed"),
+        "deadlocks": text.count("psycopg.errors.DeadlockDetected: deadlock detected")
+        + text.count("board accesses: (psycopg.errors.DeadlockDetected)"),
     }
 
 
@@ -179,6 +196,7 @@ def run(args: Any) -> dict[str, Any]:
         watch = Watch(work / "boards", replicas)
         tally, writing, stop = Tally(), Writing(), threading.Event()
         events: list[str] = []
+        stops: list[float] = []  # seconds each replica took to stop on SIGTERM
         balancer: Balancer | None = None
         threads: list[threading.Thread] = []
         try:
@@ -221,14 +239,18 @@ def run(args: Any) -> dict[str, Any]:
                 thread.join(60)
             if balancer is not None:
                 balancer.close()
-            for replica in replicas:
+            for replica in replicas:  # the last to stop stops the boards
+                began = time.monotonic()
                 with contextlib.suppress(Exception):
                     if replica.server is not None and replica.alive():
-                        replica.server.stop(sig=signal.SIGTERM, grace=40.0)
+                        replica.server.stop(sig=signal.SIGTERM, grace=STOP_GRACE)
+                stops.append(round(time.monotonic() - began, 1))
             left = orphans(watch, work, before)
             reap(watch, work)
+            if args.keep_logs:
+                keep_logs(replicas, Path(args.keep_logs))
         readback = read_back(writing.runs)
-        backups = verify_backups(replicas[0])
+        backups = {**verify_backups(replicas[0]), "runs": backup_runs(db_url)}
         counts = log_counts(replicas)
         old_left = [str(p) for p in seeded["old_runs"] if p.exists()]
         rss = watch.rss_growth(warmup)
@@ -242,6 +264,7 @@ def run(args: Any) -> dict[str, Any]:
         "runs_written": len(writing.runs), "registrations": writing.registrations,
         "uploads": writing.uploads, **readback, "backups": backups, **counts,
         "old_runs_left": old_left, "faults": events, "rss": rss, "orphans": left,
+        "stop_seconds": stops, "stop_grace_s": STOP_GRACE,
         "load_average": os.getloadavg(), "cpus": os.cpu_count(),
         "load_average_mean": sum(watch.load) / max(1, len(watch.load)),
         "load_average_max": max(watch.load, default=0.0),
@@ -288,11 +311,14 @@ def text_report(r: dict[str, Any]) -> str:
         f"user-visible 5xx: {r['user_visible_5xx']} (target 0) {r['user_visible'][:5]}",
         f"records written: {r['records_written']}, read back: {r['records_read_back']} "
         f"({r['runs_written']} runs: {r['registrations']} registered, {r['uploads']} uploaded)",
-        f"backups: {r['backups']['snapshots']} snapshots, {r['backups']['verified']} verify; "
+        f"backups: {r['backups']['runs']} runs; {r['backups']['snapshots']} snapshots kept, "
+        f"{r['backups']['verified']} verify; "
         f"retention passes: {r['retention_passes']}, old runs left: {len(r['old_runs_left'])}",
-        f"restarts: memory {r['memory_restarts']}, crash {r['crash_restarts']}",
+        f"restarts: memory {r['memory_restarts']}, crash {r['crash_restarts']}; reconcile "
+        f"passes failed: {r['reconcile_failures']} (deadlocks: {r['deadlocks']})",
         f"control-plane RSS after warm-up -> end: {rss} (target <= {RSS_TARGET:.0%})",
-        f"orphans: {len(r['orphans'])} {r['orphans'][:5]}",
+        f"orphans: {len(r['orphans'])} {r['orphans'][:5]}; SIGTERM to stopped: "
+        f"{r['stop_seconds']} s (SIGKILL after {r['stop_grace_s']:.0f} s)",
         *[f"  fault at {f}" for f in r["faults"]],
         "targets: " + ("all met" if not r["failed_targets"] else "; ".join(r["failed_targets"])),
     ]
@@ -306,6 +332,7 @@ def main() -> None:
     parser.add_argument("--users", type=at_least(1), default=20)
     parser.add_argument("--writers", type=at_least(1), default=10)
     parser.add_argument("--db", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument("--keep-logs", help="copy the replicas' logs into this directory")
     args = parser.parse_args()
 
     def stop_cleanly(signum: int, _frame: types.FrameType | None) -> None:
