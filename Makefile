@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint fmt venv clean bench
+.PHONY: demo test lint fmt venv clean bench soak
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ bench: venv
 	$(BIN)/python bench/auth_hook.py
 	$(BIN)/python bench/memory_restart.py
 	$(BIN)/python bench/reconcile_cpu.py
+
+# A day of use in 30 minutes, with faults (docs/operations/soak.md); its 3-minute smoke
+# version, tests/e2e/test_soak_smoke.py, is part of `make test`.
+soak: venv
+	@deploy/install-system-deps.sh bench
+	$(BIN)/python bench/soak.py
 
 clean:
 	rm -rf $(VENV) tbhub-data .demo

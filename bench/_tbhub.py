@@ -175,15 +175,15 @@ class Tbhub:
                         "--scope", "write", "--json")  # fmt: skip
         return str(json.loads(made)["token"])
 
-    def sign_in(self) -> str:
-        """The tbhub_session cookie for the bench user, via the sign-in form."""
+    def sign_in(self, user: str = USER, password: str = PASSWORD) -> str:
+        """The tbhub_session cookie for `user` (the bench user), via the sign-in form."""
         with httpx.Client(base_url=self.base_url, timeout=10.0) as client:
             page = client.get("/auth/login")
             page.raise_for_status()
             token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
             response = client.post(
                 "/auth/login",
-                data={"username": USER, "password": PASSWORD, "csrf_token": token, "next": "/"},
+                data={"username": user, "password": password, "csrf_token": token, "next": "/"},
             )
             if response.status_code != 303:
                 raise RuntimeError(f"sign-in failed: {response.status_code} {response.text}")

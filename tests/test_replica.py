@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -271,3 +273,38 @@ def test_a_job_that_ended_frees_its_lock_before_the_next_asks(
     for _ in range(50):
         with job_lock(settings, "backup"):
             pass
+
+
+def test_a_standby_holds_no_board_row_while_it_waits_for_another(
+    replicas: Replicas, tmp_path: Path
+) -> None:
+    """The soak found a deadlock: a standby wrote its accesses in one transaction (holding
+    one board row while waiting for the next) as the leader's reconcile pass updated many
+    board rows. Written one row a transaction, the first row is free while the standby
+    waits for the second."""
+    with transaction(replicas.factory) as session:
+        ids = [create_project(session, name=name, storage_root=tmp_path, owner=None,
+                              actor="test").id for name in ("vision", "speech")]  # fmt: skip
+    standby = replicas.make(2)
+    seen = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    standby.tracker.restore({BoardRef.of_project(i): seen for i in ids})
+    time.sleep(0.2)  # past its flush_every (0.1 s): the next call writes
+    with replicas.engine.connect() as holder, replicas.engine.connect() as prober:
+        holder.execute(text("SELECT 1 FROM boards WHERE project_id = :id FOR UPDATE"),
+                       {"id": ids[1]})  # fmt: skip
+        flusher = threading.Thread(target=standby._flush_accesses)
+        flusher.start()
+        try:
+            wait_until(lambda: last_access(replicas, ids[0]) == seen, timeout=10,
+                       what="the first access written while the second row is held")  # fmt: skip
+            assert flusher.is_alive(), "the standby waits for the held row"
+            free = prober.execute(
+                text("SELECT 1 FROM boards WHERE project_id = :id FOR UPDATE NOWAIT"),
+                {"id": ids[0]},
+            )  # raises LockNotAvailable if the standby still held the first row
+            assert free.scalar() == 1
+            prober.rollback()
+        finally:
+            holder.rollback()
+            flusher.join(10)
+    assert last_access(replicas, ids[1]) == seen

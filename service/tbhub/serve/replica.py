@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Protocol
 
 import psycopg
@@ -227,11 +228,17 @@ class Replica:
             return
         self._flushed_at = self.clock()
         pending = self.tracker.drain()
-        if not pending:
-            return
-        try:
-            with transaction(self.factory) as session:
-                flush_access(session, pending)
-        except SQLAlchemyError as exc:
-            self.tracker.restore(pending)
-            log.warning("could not record board accesses: %s", exc)
+        # One row a transaction: a transaction holding one board row while it waits for
+        # another deadlocked with the leader's reconcile pass, which updates many.
+        failed: dict[BoardRef, datetime] = {}
+        error: SQLAlchemyError | None = None
+        for board, at in pending.items():
+            try:
+                with transaction(self.factory) as session:
+                    flush_access(session, {board: at})
+            except SQLAlchemyError as exc:
+                failed[board] = at
+                error = exc
+        if failed:
+            self.tracker.restore(failed)
+            log.warning("could not record %d board accesses: %s", len(failed), error)
