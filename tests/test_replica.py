@@ -45,6 +45,9 @@ class RecordingDuties:
     def stop(self, *, stop_boards: bool) -> None:
         self.events.append("stop boards" if stop_boards else "stop, boards left running")
 
+    def stop_boards(self) -> None:
+        self.events.append("stop boards")
+
 
 @pytest.fixture
 def database_url(migrated_templates: MigratedTemplates, tmp_path: Path) -> Iterator[str]:
@@ -120,6 +123,33 @@ def test_the_first_replica_leads_and_a_second_stands_by_until_it_lets_go(
     wait_until(lambda: second.leading, timeout=5, what="the standby to lead")
     second.shutdown()  # the last one stops its boards
     assert duties(second).events == ["start", "stop boards"]
+
+
+def test_the_last_replica_out_stops_the_boards_even_before_it_took_the_lock(
+    replicas: Replicas,
+) -> None:
+    """A leader leaving hands its boards to the standby; a standby that leaves at once after,
+    before its lock thread took the lock, is the last one out and must stop them (they were
+    left running, with nobody to adopt them)."""
+    first, second = replicas.make(1), replicas.make(2)
+    first.start()
+    second.start()
+    second.retry = 3600.0  # its lock thread now sleeps: it cannot take the lock by itself
+    time.sleep(0.3)  # the thread finished its last short wait and sleeps the long one
+    first.shutdown()
+    assert duties(first).events == ["start", "stop, boards left running"]
+    assert not second.leading
+    second.shutdown()
+    assert duties(second).events == ["stop boards"]
+
+
+def test_a_standby_leaving_while_the_leader_stays_stops_nothing(replicas: Replicas) -> None:
+    first, second = replicas.make(1), replicas.make(2)
+    first.start()
+    second.start()
+    second.shutdown()
+    assert duties(second).events == []
+    assert first.leading and duties(first).events == ["start"]
 
 
 def test_a_leader_whose_lock_connection_is_cut_stops_and_a_standby_takes_over(

@@ -96,6 +96,20 @@ def test_a_leader_stopped_cleanly_leaves_its_board_to_the_standby(
     assert board_groups(standby) == before, "the board kept running and was adopted"
 
 
+def test_the_last_replica_stopped_leaves_no_board_running(
+    make_server: Callable[..., TbhubServer], tmp_path: Path
+) -> None:
+    """The leader stopped first hands its boards to the standby; the standby stopped right
+    after (most often before it took the leader lock) is the last one out and stops them."""
+    leader, standby = two_replicas(make_server, tmp_path)
+    wait_for_board(standby.sign_in("alice", "alice-password"), "vision")
+    assert len(board_groups(standby)) == 1
+    leader.stop()
+    standby.stop()
+    wait_until(lambda: board_groups(standby) == {}, timeout=30,
+               what="every board stopped with the last replica")  # fmt: skip
+
+
 def test_a_standby_honours_a_membership_removed_on_the_leader_within_the_cache_lifetime(
     make_server: Callable[..., TbhubServer], tmp_path: Path
 ) -> None:

@@ -149,6 +149,16 @@ class LeaderDuties:
         if self._supervisor is not None:
             self._supervisor.wake()
 
+    def stop_boards(self) -> None:
+        """Stop every board of this installation without leading (the last replica leaves
+        after the leader handed the boards over to it)."""
+        backend = make_backend(self.settings)
+        try:
+            for instance in backend.list_instances():
+                backend.stop(instance)
+        finally:
+            backend.close()
+
     def stop(self, *, stop_boards: bool) -> None:
         """End this term. `stop_boards`: stop every board too (no replica will adopt them)."""
         supervisor, self._supervisor = self._supervisor, None

@@ -43,6 +43,7 @@ class Duties(Protocol):
     def start(self) -> None: ...
     def wake(self) -> None: ...
     def stop(self, *, stop_boards: bool) -> None: ...
+    def stop_boards(self) -> None: ...
 
 
 def board_location(where: str) -> str:
@@ -151,8 +152,22 @@ class Replica:
             if others:
                 log.info("handing the supervisor over to the other replicas; boards keep running")
             self._end_term(stop_boards=not others)
+        elif self._last_out():
+            # The leader handed its boards over to this standby and left before this one took
+            # the lock: nobody is left to adopt them.
+            log.info("the last replica is leaving and no leader is left: stopping the boards")
+            self.duties.stop_boards()
         if self.lock is not None:
             self.lock.close()
+
+    def _last_out(self) -> bool:
+        """A standby leaving that finds the leader lock free and no other replica."""
+        if self.lock is None or not self.lock.connected:
+            return False
+        try:
+            return self.lock.try_acquire() and not self.lock.others()
+        except psycopg.Error:
+            return False
 
     # -- the lock thread ---------------------------------------------------------------------
 
