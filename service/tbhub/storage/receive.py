@@ -126,15 +126,17 @@ def _write(target: UploadTarget, chunks: list[Chunk]) -> list[FileState]:
     renamed: set[tuple[str, ...]] = set()
     with target.run_dir(create=True) as run_fd:
         assert run_fd is not None
-        try:
-            for parts, offset, data, complete in chunks:
-                before = uploads.file_state(run_fd, parts).offset
-                state = uploads.append_chunk(
-                    run_fd, parts, offset=offset, data=data, complete=complete,
-                    room=target.room(), renamed=renamed,
-                )  # fmt: skip
-                target.usage.wrote(target.project, target.run_path, max(0, state.offset - before))
-                states.append(state)
-        finally:
-            uploads.sync_directories(run_fd, renamed)
+        with uploads.OpenDirs(run_fd) as dirs:  # each directory walked once a request
+            try:
+                for parts, offset, data, complete in chunks:
+                    before = uploads.file_state(run_fd, parts, dirs=dirs).offset
+                    state = uploads.append_chunk(
+                        run_fd, parts, offset=offset, data=data, complete=complete,
+                        room=target.room(), renamed=renamed, dirs=dirs,
+                    )  # fmt: skip
+                    wrote = max(0, state.offset - before)
+                    target.usage.wrote(target.project, target.run_path, wrote)
+                    states.append(state)
+            finally:
+                uploads.sync_directories(dirs, renamed)
     return states

@@ -43,6 +43,7 @@ from tbhub.storage.upload_io import (
 Kind = Literal["events", "file"]
 __all__ = [
     "FileState",
+    "OpenDirs",
     "RoomCheck",
     "append_chunk",
     "file_state",
@@ -89,22 +90,49 @@ def _state_in(dir_fd: int, parts: list[str]) -> FileState:
     return FileState(path, final.st_size if final else 0, final is not None, "file")
 
 
+class OpenDirs:
+    """A run's directories, each walked and opened once while one request writes many files
+    into them (a batch of small files in a few directories); closed together at the end."""
+
+    def __init__(self, run_fd: int) -> None:
+        self.run_fd = run_fd
+        self._fds: dict[tuple[str, ...], int] = {}
+
+    def get(self, parents: tuple[str, ...], *, create: bool) -> int | None:
+        """The directory's fd, walked without symlinks; None if it does not exist."""
+        fd = self._fds.get(parents)
+        if fd is None:
+            try:
+                fd = open_below(self.run_fd, list(parents), create=create, durable=create)
+            except FileNotFoundError:
+                return None
+            self._fds[parents] = fd
+        return fd
+
+    def __enter__(self) -> OpenDirs:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
 @contextmanager
-def _parent(run_fd: int, parts: list[str], *, create: bool) -> Iterator[int | None]:
-    """The directory holding the file, walked without symlinks; None if it does not exist."""
-    try:
-        fd = open_below(run_fd, parts[:-1], create=create, durable=create)
-    except FileNotFoundError:
-        yield None
+def _parent(
+    run_fd: int, parts: list[str], *, create: bool, dirs: OpenDirs | None = None
+) -> Iterator[int | None]:
+    """The directory holding the file, walked without symlinks; None if it does not exist.
+    From `dirs` when given (it closes it), else opened for this call alone."""
+    if dirs is not None:
+        yield dirs.get(tuple(parts[:-1]), create=create)
         return
-    try:
-        yield fd
-    finally:
-        os.close(fd)
+    with OpenDirs(run_fd) as own:
+        yield own.get(tuple(parts[:-1]), create=create)
 
 
-def file_state(run_fd: int, parts: list[str]) -> FileState:
-    with _parent(run_fd, parts, create=False) as dir_fd:
+def file_state(run_fd: int, parts: list[str], *, dirs: OpenDirs | None = None) -> FileState:
+    with _parent(run_fd, parts, create=False, dirs=dirs) as dir_fd:
         if dir_fd is None:
             return FileState("/".join(parts), 0, False, kind_of(parts[-1]))
         return _state_in(dir_fd, parts)
@@ -155,6 +183,7 @@ def append_chunk(
     complete: bool,
     room: RoomCheck,
     renamed: set[tuple[str, ...]] | None = None,
+    dirs: OpenDirs | None = None,
 ) -> FileState:
     """Write `data` at `offset` (already checked against its digest). A chunk the file already
     holds, byte for byte, is a retry and succeeds without writing; any other offset than the
@@ -163,7 +192,7 @@ def append_chunk(
     The file's bytes are on disk before this returns. Its new name is too, unless `renamed`
     is given: then the directory it was renamed in is added to it, and the caller fsyncs each
     such directory once before it answers (a batch of many small files in one directory)."""
-    with _parent(run_fd, parts, create=True) as dir_fd:
+    with _parent(run_fd, parts, create=True, dirs=dirs) as dir_fd:
         assert dir_fd is not None
         name = parts[-1]
         path = "/".join(parts)
@@ -177,14 +206,12 @@ def append_chunk(
         return state
 
 
-def sync_directories(run_fd: int, parents: set[tuple[str, ...]]) -> None:
+def sync_directories(dirs: OpenDirs, parents: set[tuple[str, ...]]) -> None:
     """Each of these directories of the run fsynced: the names renamed into them durable."""
     for parent in sorted(parents):
-        fd = open_below(run_fd, list(parent), create=False)
-        try:
+        fd = dirs.get(parent, create=False)
+        if fd is not None:
             os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _append_file(
