@@ -22,6 +22,18 @@ from tests.support.scratch_database import postgres_database
 DATABASES = os.environ.get("TBHUB_TEST_DATABASES", "sqlite,postgresql").split(",")
 TEST_SECRET = "test-secret-" + "x" * 40
 
+# Files that run for minutes in one test go to the workers first (`--dist loadfile` hands
+# out files in collection order): last, one of them alone kept a worker busy for minutes
+# after the others had finished.
+LONG_FIRST = ("tests/e2e/test_soak_smoke.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def first(item: pytest.Item) -> bool:
+        return not item.nodeid.startswith(LONG_FIRST)
+
+    items.sort(key=first)  # stable: the rest keep their order
+
 
 @contextmanager
 def empty_database(kind: str, tmp_path: Path) -> Iterator[str]:

@@ -133,9 +133,7 @@ def test_the_last_replica_out_stops_the_boards_even_before_it_took_the_lock(
     left running, with nobody to adopt them)."""
     first, second = replicas.make(1), replicas.make(2)
     first.start()
-    second.start()
-    second.retry = 3600.0  # its lock thread now sleeps: it cannot take the lock by itself
-    time.sleep(0.3)  # the thread finished its last short wait and sleeps the long one
+    second.join()  # connected, so the leader hands over to it; its lock thread not yet run
     first.shutdown()
     assert duties(first).events == ["start", "stop, boards left running"]
     assert not second.leading

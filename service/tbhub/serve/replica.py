@@ -37,6 +37,8 @@ HEARTBEAT = 1.0
 # packet, so a leader cut off from the database stops acting before another can start.
 LEASE = 3.0
 assert LEASE < DEAD_PEER_SECONDS
+# How long a standby leaving tries for the leader lock, to stop the boards if it is the last.
+LAST_OUT_WAIT = 1.0
 
 
 class Duties(Protocol):
@@ -161,11 +163,18 @@ class Replica:
             self.lock.close()
 
     def _last_out(self) -> bool:
-        """A standby leaving that finds the leader lock free and no other replica."""
+        """A standby leaving that finds the leader lock free and no other replica. A leader
+        that has just left may hold its locks a moment longer (its session ends after its
+        connection closed), so the lock is tried for up to LAST_OUT_WAIT seconds."""
         if self.lock is None or not self.lock.connected:
             return False
+        deadline = time.monotonic() + LAST_OUT_WAIT
         try:
-            return self.lock.try_acquire() and not self.lock.others()
+            while not self.lock.try_acquire():
+                if time.monotonic() >= deadline:
+                    return False  # a leader is there: it keeps the boards
+                time.sleep(0.05)
+            return not self.lock.others()
         except psycopg.Error:
             return False
 
