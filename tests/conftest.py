@@ -22,17 +22,29 @@ from tests.support.scratch_database import postgres_database
 DATABASES = os.environ.get("TBHUB_TEST_DATABASES", "sqlite,postgresql").split(",")
 TEST_SECRET = "test-secret-" + "x" * 40
 
-# Files that run for minutes in one test go to the workers first (`--dist loadfile` hands
-# out files in collection order): last, one of them alone kept a worker busy for minutes
-# after the others had finished.
+# The order in which `--dist loadfile` hands files to the workers: the files that run for
+# minutes in one test first (collected last, one of them alone kept a worker busy for
+# minutes after the others had finished), then the rest by their number of tests, largest
+# first, as xdist's own reordering would (turned off here so that this order holds).
 LONG_FIRST = ("tests/e2e/test_soak_smoke.py",)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def first(item: pytest.Item) -> bool:
-        return not item.nodeid.startswith(LONG_FIRST)
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
-    items.sort(key=first)  # stable: the rest keep their order
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    files: dict[str, int] = {}
+    for item in items:
+        name = item.nodeid.split("::", 1)[0]
+        files[name] = files.get(name, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        name = item.nodeid.split("::", 1)[0]
+        return (not name.startswith(LONG_FIRST), -files[name])
+
+    items.sort(key=order)  # stable: a file's tests keep their order
 
 
 @contextmanager

@@ -29,8 +29,11 @@ def board_groups(server: TbhubServer) -> dict[str, set[int]]:
     """instance id -> PIDs of every live labelled board process."""
     groups: dict[str, set[int]] = {}
     for process in board_processes(server.board_state_dir):
-        if process.status() != psutil.STATUS_ZOMBIE:
-            groups.setdefault(process.environ()[INSTANCE_ENV], set()).add(process.pid)
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                groups.setdefault(process.environ()[INSTANCE_ENV], set()).add(process.pid)
+        except psutil.NoSuchProcess:  # exited (or became a zombie) since it was listed
+            continue
     return groups
 
 
