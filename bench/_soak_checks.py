@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -68,15 +69,15 @@ def ours(work: Path) -> list[ProcessRef]:
 
 @dataclass
 class Watch:
-    """Sampled every few seconds: board process groups seen, and each serve's RSS."""
+    """Sampled every few seconds: board process groups seen, and each serve's RSS with the
+    role it had then (leader or standby, from its /metrics)."""
 
     state_dir: Path
     replicas: list[Tbhub]
     started: float = field(default_factory=time.monotonic)
     groups: dict[int, ProcessRef] = field(default_factory=dict)
-    # serve PID -> [(seconds since the soak started, seconds since that serve started, RSS)]
-    rss: dict[int, list[tuple[float, float, int]]] = field(default_factory=dict)
-    serve_started: dict[int, float] = field(default_factory=dict)
+    # serve PID -> [(seconds since the soak started, role, RSS)]
+    rss: dict[int, list[tuple[float, str, int]]] = field(default_factory=dict)
     load: list[float] = field(default_factory=list)  # the host's 1-minute load average
 
     def sample(self) -> None:
@@ -87,54 +88,68 @@ class Watch:
             except (KeyError, ValueError):
                 continue
             self.groups.setdefault(ref.pid, ref)
-        now = time.monotonic()
         for replica in self.replicas:
             if not replica.alive() or replica.server is None:
                 continue
-            pid = replica.server.pid
-            self.serve_started.setdefault(pid, now)
+            role = role_of(replica)
             try:
-                rss = psutil.Process(pid).memory_info().rss
+                rss = psutil.Process(replica.server.pid).memory_info().rss
             except psutil.Error:
                 continue
-            self.rss.setdefault(pid, []).append(
-                (now - self.started, now - self.serve_started[pid], rss)
-            )
+            if role is not None:
+                samples = self.rss.setdefault(replica.server.pid, [])
+                samples.append((time.monotonic() - self.started, role, rss))
 
     def run(self, stop: threading.Event, every: float = 5.0) -> None:
         while not stop.wait(every):
             self.sample()
 
-    def rss_growth(self, warmup: float) -> list[dict[str, float]]:
-        """Per serve process that ran past `warmup` seconds of its own life: RSS then (the
-        first sample past it) and at its last sample, in MiB, and the growth."""
+    def rss_growth(self, warmup: float) -> list[dict[str, Any]]:
+        """Per serve process and stretch of one role (a standby that becomes the leader
+        starts the supervisor, watcher, monitor and jobs: a new stretch) that lasted past
+        `warmup` seconds: RSS at the first sample past the warm-up and at its last sample,
+        in MiB, and the growth."""
         rows = []
         for pid, samples in self.rss.items():
-            after = [s for s in samples if s[1] >= warmup]
-            if len(after) < 2:
-                continue
-            first, last = after[0][2], after[-1][2]
-            rows.append({"pid": pid, "warm_mib": first / 2**20, "end_mib": last / 2**20,
-                         "growth": last / first - 1,
-                         "minutes": (after[-1][0] - after[0][0]) / 60})  # fmt: skip
+            for role, stretch in role_stretches(samples):
+                after = [s for s in stretch if s[0] - stretch[0][0] >= warmup]
+                if len(after) < 2:
+                    continue
+                first, last = after[0][2], after[-1][2]
+                rows.append({"pid": pid, "role": role, "warm_mib": first / 2**20,
+                             "end_mib": last / 2**20, "growth": last / first - 1,
+                             "minutes": (after[-1][0] - after[0][0]) / 60})  # fmt: skip
         return rows
+
+
+def role_stretches(
+    samples: list[tuple[float, str, int]],
+) -> list[tuple[str, list[tuple[float, str, int]]]]:
+    """Samples cut where the role changes, in order."""
+    stretches: list[tuple[str, list[tuple[float, str, int]]]] = []
+    for sample in samples:
+        if not stretches or stretches[-1][0] != sample[1]:
+            stretches.append((sample[1], []))
+        stretches[-1][1].append(sample)
+    return stretches
+
+
+def role_of(replica: Tbhub) -> str | None:
+    """The role the replica reports in /metrics (leader, standby), or None if it is silent."""
+    try:
+        found = LEADER.search(httpx.get(f"{replica.base_url}/metrics", timeout=3.0).text)
+    except httpx.HTTPError:
+        return None
+    if found is None:
+        return None
+    return "leader" if found.group(1) == "1" else "standby"
 
 
 # -- faults -----------------------------------------------------------------------------------
 
 
 def leader_of(replicas: list[Tbhub]) -> Tbhub | None:
-    with httpx.Client(timeout=3.0) as client:
-        for replica in replicas:
-            if not replica.alive():
-                continue
-            try:
-                found = LEADER.search(client.get(f"{replica.base_url}/metrics").text)
-            except httpx.HTTPError:
-                continue
-            if found and found.group(1) == "1":
-                return replica
-    return None
+    return next((r for r in replicas if r.alive() and role_of(r) == "leader"), None)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

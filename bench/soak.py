@@ -28,7 +28,10 @@ backup snapshot verifies (`tbhub admin backup verify`), no orphan (every board p
 group seen is gone, and no process started since the soak began names its work dir), the
 faults, retention and backups happened, and the control plane's RSS (each `tbhub serve`
 from /proc) grew at most 10% from the end of its warm-up to its last sample (only for runs
-of 10 minutes or more: a shorter run has no warm-up to speak of).
+of 10 minutes or more: a shorter run has no warm-up to speak of). The warm-up counts from
+the start of each stretch of one role: a standby that becomes the leader loads and starts
+the leader's duties (supervisor, watcher, monitor, jobs), so its RSS is compared from the
+end of a new warm-up as leader, not across the change of role.
 
     .venv/bin/python bench/soak.py [--duration 1800] [--projects 50] [--users 20]
         [--writers 10] [--db postgresql|sqlite] [--json]
@@ -298,7 +301,8 @@ def failed_targets(r: dict[str, Any], *, check_rss: bool) -> list[str]:
 
 
 def text_report(r: dict[str, Any]) -> str:
-    rss = "; ".join(f"serve {row['pid']}: {row['warm_mib']:.0f} -> {row['end_mib']:.0f} MiB "
+    rss = "; ".join(f"serve {row['pid']} as {row['role']}: {row['warm_mib']:.0f} -> "
+                    f"{row['end_mib']:.0f} MiB "
                     f"({row['growth']:+.1%} over {row['minutes']:.0f} min)"
                     for row in r["rss"]) or "no serve process ran past its warm-up"  # fmt: skip
     lines = [
