@@ -211,10 +211,11 @@ class Tbhub:
 
 
 @contextlib.contextmanager
-def docker_boards() -> Iterator[dict[str, str]]:
+def docker_boards(upstream: str = "published") -> Iterator[dict[str, str]]:
     """The settings for boards in containers (TBHUB_BOARD_BACKEND=docker) under an
-    installation id of this run, with the board image built first; every container and
-    network labelled with that id is removed afterwards, nothing else."""
+    installation id of this run, reached as `upstream` says (TBHUB_DOCKER_UPSTREAM), with
+    the board image built first; every container and network labelled with that id is
+    removed afterwards, nothing else."""
     import docker
 
     from tbhub.supervisor.backends.containers import remove_installation
@@ -226,7 +227,8 @@ def docker_boards() -> Iterator[dict[str, str]]:
         log(f"built the board image {built.tag} in {built.seconds:.1f}s")
     installation = f"bench-{uuid.uuid4().hex[:10]}"
     try:
-        yield {"TBHUB_BOARD_BACKEND": "docker", "TBHUB_INSTALLATION_ID": installation}
+        yield {"TBHUB_BOARD_BACKEND": "docker", "TBHUB_INSTALLATION_ID": installation,
+               "TBHUB_DOCKER_UPSTREAM": upstream}  # fmt: skip
     finally:
         remove_installation(client, installation)
         client.close()

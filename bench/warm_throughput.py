@@ -22,15 +22,18 @@ microsecond nginx spends is one the board cannot.
 
 With `--backend docker` the board is a container (TBHUB_BOARD_BACKEND=docker, the board
 image built first, an installation id of the run whose containers and network are removed
-afterwards): direct is then the port the container publishes on 127.0.0.1, the address
-nginx proxies to, and the target is >= 0.97x as well.
+afterwards): direct is then the address nginx proxies to, by default the port the
+container publishes on 127.0.0.1 (through docker's port proxy), with `--docker-upstream
+bridge` the container's own address on its bridge network (no port proxy on either path);
+the target is >= 0.97x as well.
 
 Data: 3 runs x 100 steps x 5 tags (tbhub.storage.sample_logs), cached under
 $TMPDIR/tbhub-bench-cache/.
 
 Run it from the repository root (`make bench` runs bench/cold_start.py, then this):
 
-    .venv/bin/python bench/warm_throughput.py [--runs 5] [--duration 10] [--backend docker] [--json]
+    .venv/bin/python bench/warm_throughput.py [--runs 5] [--duration 10] [--backend docker]
+        [--docker-upstream published|bridge] [--json]
 
 Needs nginx and wrk on PATH. Uses ports 19000-19499 on 127.0.0.1 only.
 """
@@ -122,10 +125,10 @@ def check_same_answer(direct_url: str, nginx_url: str, cookie: str) -> None:
 
 
 def measure(
-    repeats: int, duration: int, warmup: int, tbhub_bin: str, backend: str
+    repeats: int, duration: int, warmup: int, tbhub_bin: str, backend: str, upstream: str
 ) -> tuple[list[WrkResult], dict[str, str]]:
     with contextlib.ExitStack() as stack:
-        env = stack.enter_context(docker_boards()) if backend == "docker" else {}
+        env = stack.enter_context(docker_boards(upstream)) if backend == "docker" else {}
         return measure_with(repeats, duration, warmup, tbhub_bin, env)
 
 
@@ -186,10 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--backend", choices=sorted(TARGET_RATIO), default="subprocess",
         help="where the board runs: a subprocess, or a container on the local dockerd",
     )  # fmt: skip
+    parser.add_argument(
+        "--docker-upstream", choices=("published", "bridge"), default="published",
+        help="how nginx (and direct) reach a container board (TBHUB_DOCKER_UPSTREAM)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     target = TARGET_RATIO[args.backend]
-    results, urls = measure(args.runs, args.duration, args.warmup, args.tbhub_bin, args.backend)
+    results, urls = measure(
+        args.runs, args.duration, args.warmup, args.tbhub_bin, args.backend, args.docker_upstream
+    )
     direct = [r for r in results if r.kind == "direct"]
     nginx = [r for r in results if r.kind == "nginx"]
     direct_median = median([r.requests_per_s for r in direct])
@@ -198,8 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # No failure of any kind through nginx: no non-2xx answer, no reset or timeout.
     all_ok = all(r.non_2xx_3xx == 0 and r.socket_errors is None for r in nginx)
     cpu = cpu_medians(results)
+    board = args.backend + (f", {args.docker_upstream}" if args.backend == "docker" else "")
     summary = (
-        f"warm_throughput ({args.backend} board): direct median {direct_median:.1f} req/s, "
+        f"warm_throughput ({board} board): direct median {direct_median:.1f} req/s, "
         f"nginx median {nginx_median:.1f} req/s, ratio {ratio:.2f}x (n={args.runs})"
     )
     if args.json:
@@ -216,6 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "nginx_all_2xx": all_ok,
                 "cpu_us_per_request": cpu,
                 "backend": args.backend,
+                "docker_upstream": args.docker_upstream if args.backend == "docker" else None,
                 "target_ratio_min": target,
                 "target_met": ratio >= target,
                 "n": args.runs,

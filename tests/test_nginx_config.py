@@ -99,3 +99,27 @@ def test_without_lua_boards_are_proxied_a_connection_per_request(
                "-e", str(tmp_path / "e.log")]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_boards_get_no_forwarding_headers_and_the_control_plane_gets_them_all(
+    tmp_path: Path,
+) -> None:
+    # A board reads none of them and parsed each on every request: cleared (so none a
+    # client sent passes either), where the control plane gets nginx's own.
+    text = render_config(make_settings(tmp_path))
+    locations = dict(re.findall(r"location (.+?) \{\n(.*?)\n        \}", text, flags=re.S))
+    forwarding = ("X-Forwarded-For", "X-Forwarded-Proto", "X-Request-ID")
+    boards = [body for name, body in locations.items() if name.startswith('~ "^/boards/')]
+    assert len(boards) == 2
+    for body in boards:
+        for header in forwarding:
+            assert f'proxy_set_header {header} "";' in body, header
+    for body in (locations["@control_plane"], locations["/"]):
+        assert "proxy_set_header X-Forwarded-For $remote_addr;" in body
+        assert "proxy_set_header X-Forwarded-Proto $scheme;" in body
+        assert "proxy_set_header X-Request-ID $request_id;" in body
+
+
+def test_regexes_are_compiled_to_machine_code(tmp_path: Path) -> None:
+    # Every request goes through the regex maps and locations (and the log's maps).
+    assert "\npcre_jit on;\n" in render_config(make_settings(tmp_path))

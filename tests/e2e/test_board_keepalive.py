@@ -92,10 +92,12 @@ def test_a_board_under_load_answers_every_request(server: TbhubServer) -> None:
     assert set(outcomes) == {"200"}, {o: outcomes.count(o) for o in set(outcomes)}
 
 
+@pytest.mark.parametrize("upstream", ["published", "bridge"])
 def test_a_container_board_under_load_answers_every_request(
-    make_server: Callable[..., TbhubServer], docker_client: object, installation: str
-) -> None:
-    server, alice = started_board(make_server, installation, "docker")
+    make_server: Callable[..., TbhubServer], docker_client: object, installation: str,
+    upstream: str,
+) -> None:  # fmt: skip
+    server, alice = started_board(make_server, installation, "docker", docker_upstream=upstream)
     outcomes = hammer(server, alice.cookies)
     assert len(outcomes) == CONNECTIONS * REQUESTS_EACH
     assert set(outcomes) == {"200"}, {o: outcomes.count(o) for o in set(outcomes)}

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from tbhub.supervisor.backends.containers import INSTALLATION
 from tests.e2e.containers import (
@@ -72,18 +73,26 @@ def test_containerised_board_serves_exact_scalars_through_nginx_confined_to_its_
     assert options["com.docker.network.bridge.enable_ip_masquerade"] == "false"
 
 
-def test_network_mode_reaches_the_board_at_its_address_on_an_internal_network(
-    make_server: Callable[..., TbhubServer], docker_client: Any, installation: str
+@pytest.mark.parametrize("mode", ["network", "bridge"])
+def test_address_modes_reach_the_board_at_its_address_with_no_port_published(
+    make_server: Callable[..., TbhubServer], docker_client: Any, installation: str, mode: str
 ) -> None:
-    # As tbhub in a container on the board network would: no published port at all.
-    server, alice = started(make_server, installation, docker_upstream="network")
+    # network: as tbhub in a container on the board network would. bridge: tbhub on the
+    # Docker host, nginx straight to the container, with no docker-proxy between them.
+    server, alice = started(make_server, installation, docker_upstream=mode)
     assert_exact_scalars(alice, "vision", steps=40)
     container = serving_container(server, docker_client, installation)
     network = f"tbhub-boards-{installation}"
     address = container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
     assert board_row(server).upstream == f"{address}:6006"
     assert container.attrs["NetworkSettings"]["Ports"] in ({}, {"6006/tcp": None}, None)
-    assert docker_client.networks.get(network).attrs["Internal"] is True, "no route out"
+    attrs = docker_client.networks.get(network).attrs
+    if mode == "network":
+        assert attrs["Internal"] is True, "no route out"
+    else:  # the published mode's bridge: no traffic between containers, no route out
+        assert attrs["Internal"] is False
+        assert attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+        assert attrs["Options"]["com.docker.network.bridge.enable_ip_masquerade"] == "false"
 
 
 def test_container_killed_from_outside_is_restarted_as_a_crash(

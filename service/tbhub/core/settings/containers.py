@@ -53,10 +53,13 @@ class ContainerSettings(BaseModel):
         description="The Docker network board containers join; created when missing. "
         "Unset: tbhub-boards-<installation id>.",
     )
-    docker_upstream: Literal["published", "network"] = Field(
+    docker_upstream: Literal["published", "bridge", "network"] = Field(
         default="published",
         description="How nginx and the supervisor reach a board container: published: its "
         "port published on TBHUB_DOCKER_PUBLISH_HOST only (tbhub on the Docker host); "
+        "bridge: the container's address on TBHUB_DOCKER_NETWORK, a bridge with no traffic "
+        "between containers, reached from the Docker host with no port published and no "
+        "docker-proxy process in the way (tbhub on the host of a rootful dockerd; faster); "
         "network: the container's address on TBHUB_DOCKER_NETWORK, an internal network "
         "tbhub's own container must be attached to (tbhub in a container).",
     )

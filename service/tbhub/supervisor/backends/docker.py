@@ -9,8 +9,10 @@ Each container runs the board image (`board_image.py`) with:
   below it and replaces a growing board blue/green first;
 - the network `TBHUB_DOCKER_NETWORK`, which tbhub creates: in `published` mode a bridge
   with no traffic between containers and no route out (masquerading off), the board's
-  port published on 127.0.0.1 only; in `network` mode an internal network that tbhub's own
-  container joins, the upstream being the container's address there.
+  port published on 127.0.0.1 only; in `bridge` mode the same bridge with no port
+  published, nginx reaching the container's address on it from the host (no docker-proxy
+  process between them); in `network` mode an internal network that tbhub's own container
+  joins, the upstream being the container's address there.
 
 Labels (`containers.py`) are the only state: the installation, instance, project, spec
 fingerprint and start time. A restarted supervisor lists containers by the installation
@@ -113,7 +115,7 @@ class DockerBackend:
             security_opt=["no-new-privileges"],
             mounts=config.mounts(spec),
             network=self.network,
-            ports=ports if self.upstream_mode == "published" else None,
+            ports=ports if self.upstream_mode == "published" else None,  # else its address
             labels=config.labels(instance_id, spec, started_at),
             environment=config.environment(instance_id),
             log_config=LogConfig(type="json-file", config=LOG_OPTIONS),
@@ -225,7 +227,7 @@ class DockerBackend:
         return str(found[0]["Id"]) if found else None
 
     def _upstream(self, summary: dict[str, Any]) -> str | None:
-        if self.upstream_mode == "network":
+        if self.upstream_mode in ("bridge", "network"):
             networks = (summary.get("NetworkSettings") or {}).get("Networks") or {}
             address = (networks.get(self.network) or {}).get("IPAddress")
             return f"{address}:{BOARD_PORT}" if address else None
