@@ -29,6 +29,7 @@ a new database, one after the other in an order that alternates from round to ro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -38,7 +39,7 @@ from _paced import PacedReport, paced_posts
 from _places import PROJECT
 from _processes import temp_dir
 from _reports import arguments, emit_json, log, median
-from _tbhub import database_url, hub_on_database
+from _tbhub import Tbhub, database_url, hub_on_database
 from _wrk import WrkReport, run_wrk
 
 SCRIPT = Path(__file__).with_name("register_runs.lua")
@@ -106,6 +107,23 @@ def summary(database: str, workers: int, args: argparse.Namespace, peaks: list[d
     }
 
 
+def serving(stack: contextlib.ExitStack, root: Path, url: str, workers: int) -> Tbhub:
+    """A server with `workers` API workers, started in `stack`. A port picked free can be
+    taken before the server binds it (the kernel hands out ports of the bench's range to
+    outgoing connections too): then again, on other ports."""
+    for attempt in range(3):
+        hub = hub_on_database(root, url)
+        hub.extra_env["TBHUB_API_WORKERS"] = str(workers)
+        try:
+            stack.enter_context(hub.serving())
+            return hub
+        except RuntimeError as exc:
+            if "Address already in use" not in str(exc) or attempt == 2:
+                raise
+            log(f"  a port was taken meanwhile; starting again on others ({exc})")
+    raise AssertionError("unreachable")
+
+
 def measure(database: str, args: argparse.Namespace) -> list[dict[str, object]]:
     """Each round, a fresh server per worker count, on a database of its own, in turn (the
     order alternates): A/B in one run, the host's other load hitting each alike. One at a
@@ -119,21 +137,23 @@ def measure(database: str, args: argparse.Namespace) -> list[dict[str, object]]:
     registered = dict.fromkeys(counts, 0)
     for r in range(args.rounds):
         for n in counts if r % 2 == 0 else counts[::-1]:
-            with temp_dir(f"tbhub-bench-runs-{n}-") as root, database_url(database) as url:
-                hub = hub_on_database(root, url)
-                hub.extra_env["TBHUB_API_WORKERS"] = str(n)
-                with hub.serving():
-                    token = hub.write_token()
-                    load = functools.partial(registrations, hub.base_url, token,
-                                             clients=args.clients, pause_ms=0)  # fmt: skip
-                    if args.warmup:
-                        load(duration=args.warmup, tag="warm", log_path=root / "warm.log")
-                    peak = load(duration=args.duration, tag=f"peak{r}",
-                                log_path=root / f"peak-{r}.log")  # fmt: skip
-                    at_rate = paced_registrations(hub.base_url, token, clients=args.clients,
-                                                  duration=args.duration, tag=f"paced{r}",
-                                                  rate=args.rate)  # fmt: skip
-                    registered[n] += len(list((root / "storage" / PROJECT).iterdir()))
+            with (
+                temp_dir(f"tbhub-bench-runs-{n}-") as root,
+                database_url(database) as url,
+                contextlib.ExitStack() as stack,
+            ):
+                hub = serving(stack, root, url, n)
+                token = hub.write_token()
+                load = functools.partial(registrations, hub.base_url, token,
+                                         clients=args.clients, pause_ms=0)  # fmt: skip
+                if args.warmup:
+                    load(duration=args.warmup, tag="warm", log_path=root / "warm.log")
+                peak = load(duration=args.duration, tag=f"peak{r}",
+                            log_path=root / f"peak-{r}.log")  # fmt: skip
+                at_rate = paced_registrations(hub.base_url, token, clients=args.clients,
+                                              duration=args.duration, tag=f"paced{r}",
+                                              rate=args.rate)  # fmt: skip
+                registered[n] += len(list((root / "storage" / PROJECT).iterdir()))
             for kind, report, into in (("peak", peak, peaks[n]), ("paced", at_rate, paced[n])):
                 into.append(figures(report))
                 log(f"  {database} workers {n} round {r + 1} {kind}: "

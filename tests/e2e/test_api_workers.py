@@ -15,7 +15,9 @@ from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_supervisor_restart import gone
 from tests.forms import csrf_header, form_token
+from tests.support.metrics_text import sample
 
+SERIES = "tbhub_http_request_duration_seconds_count"
 UPSTREAM = re.compile(r"^\s*server (127\.0\.0\.1:\d+);$", re.M)
 
 
@@ -91,6 +93,14 @@ def test_requests_spread_over_the_workers_and_none_outlives_the_server(
     csrf_header(alice)
     for _ in range(20):
         assert alice.get("/api/v1/projects/vision").status_code == 200
+    # /metrics, answered by either process, counts every process's requests.
+    route = {"method": "GET", "route": "/api/v1/projects/{name}"}
+    for _ in range(2):
+        counted = wait_until(
+            lambda: sample(alice.get("/metrics").text, SERIES, **route) == 20,
+            timeout=5, what="/metrics to count both processes' requests",
+        )  # fmt: skip
+        assert counted
 
     server.stop()
     assert all(gone(pid) for pid in pids), "an API worker outlived tbhub serve"
