@@ -36,7 +36,7 @@ import os
 from pathlib import Path
 
 from _paced import PacedReport, paced_posts
-from _places import PROJECT
+from _places import PROJECT, free_port
 from _processes import temp_dir
 from _reports import arguments, emit_json, log, median
 from _tbhub import Tbhub, database_url, hub_on_database
@@ -108,19 +108,23 @@ def summary(database: str, workers: int, args: argparse.Namespace, peaks: list[d
 
 
 def serving(stack: contextlib.ExitStack, root: Path, url: str, workers: int) -> Tbhub:
-    """A server with `workers` API workers, started in `stack`. A port picked free can be
-    taken before the server binds it (the kernel hands out ports of the bench's range to
-    outgoing connections too): then again, on other ports."""
+    """A server with `workers` API workers, stopped when `stack` closes. A port picked free
+    can be taken before the server binds it (the kernel hands out the bench's range to
+    outgoing connections too): then it starts again on other ports, up to three times."""
+    hub = hub_on_database(root, url)
+    hub.extra_env["TBHUB_API_WORKERS"] = str(workers)
+    hub.set_up()
+    stack.callback(hub.stop)
     for attempt in range(3):
-        hub = hub_on_database(root, url)
-        hub.extra_env["TBHUB_API_WORKERS"] = str(workers)
         try:
-            stack.enter_context(hub.serving())
+            hub.start()
             return hub
         except RuntimeError as exc:
-            if "Address already in use" not in str(exc) or attempt == 2:
+            if attempt == 2:
                 raise
-            log(f"  a port was taken meanwhile; starting again on others ({exc})")
+            log(f"  tbhub serve did not start; again on other ports ({str(exc)[-200:]})")
+            hub.stop()
+            hub.http_port, hub.api_port = free_port(), free_port()
     raise AssertionError("unreachable")
 
 
