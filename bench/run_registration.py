@@ -17,7 +17,9 @@ before its 201. Each round, after a warm-up, has two parts of `--duration` secon
 
 The figures are medians over `--rounds` rounds. The peak load is wrk (C); the paced one is
 asyncio on raw sockets, a few percent of a core at 300/s. The host's load average is
-printed with each round: other work on the machine makes the figures noisy.
+printed with each round: other work on the machine makes the figures noisy. At peak, the
+CPU each party spends per registration (ms) says what limits the rate: the first `tbhub
+serve` process, its API workers, nginx, PostgreSQL's backends on the bench's database, wrk.
 
 With `--workers 1,2` each round has a fresh server per count (TBHUB_API_WORKERS), each on
 a new database, one after the other in an order that alternates from round to round.
@@ -35,12 +37,17 @@ import json
 import os
 from pathlib import Path
 
+import psycopg
+from sqlalchemy.engine import make_url
+
+from _cpu import Parties, state_file_pids
 from _paced import PacedReport, paced_posts
 from _places import PROJECT, free_port
 from _processes import temp_dir
 from _reports import arguments, emit_json, log, median
 from _tbhub import Tbhub, database_url, hub_on_database
 from _wrk import WrkReport, run_wrk
+from tbhub.core.leader_lock import libpq_url
 
 SCRIPT = Path(__file__).with_name("register_runs.lua")
 
@@ -72,6 +79,22 @@ def paced_registrations(base_url: str, token: str, *, clients: int, duration: in
     )  # fmt: skip
 
 
+def parties(hub: Tbhub, url: str) -> Parties:
+    """Who spends the CPU of a registration: the first serve process alone (its zygote and
+    boards are not in this path), its API workers, nginx, PostgreSQL's backends on this
+    database, and wrk (the peak load's generator)."""
+    workers = [int(w["pid"]) for w in json.loads((hub.data_dir / "api-workers.json")
+                                                 .read_text() or "[]")]  # fmt: skip
+    alone = {"serve": [int((hub.data_dir / "serve.lock").read_text())], "api_workers": workers}
+    if make_url(url).get_backend_name() == "postgresql":
+        with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+            rows = connection.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
+                                      "current_database() AND pid <> pg_backend_pid()")  # fmt: skip
+            alone["postgresql"] = [int(row[0]) for row in rows]
+    nginx = state_file_pids([hub.data_dir / "nginx" / "master.json"])
+    return Parties(trees={"nginx": nginx}, alone=alone)
+
+
 def figures(report: WrkReport | PacedReport) -> dict[str, float]:
     load = os.getloadavg()[0]
     if isinstance(report, PacedReport):
@@ -96,6 +119,11 @@ def summary(database: str, workers: int, args: argparse.Namespace, peaks: list[d
         "clients": args.clients,
         "seconds_per_part": args.duration,
         "peak_per_second_median": median([r["per_second"] for r in peaks]),
+        "peak_cpu_ms_per_registration_median": {
+            key.removeprefix("cpu_ms_"): median([r[key] for r in peaks])
+            for key in peaks[0]
+            if key.startswith("cpu_ms_")
+        },
         "paced_offered_per_second": args.rate,
         "paced_per_second_median": median([r["per_second"] for r in paced]),
         "paced_p50_ms_median": median([r["p50_ms"] for r in paced]),
@@ -152,14 +180,23 @@ def measure(database: str, args: argparse.Namespace) -> list[dict[str, object]]:
                                          clients=args.clients, pause_ms=0)  # fmt: skip
                 if args.warmup:
                     load(duration=args.warmup, tag="warm", log_path=root / "warm.log")
-                peak = load(duration=args.duration, tag=f"peak{r}",
-                            log_path=root / f"peak-{r}.log")  # fmt: skip
+                cpu: dict[str, float] = {}
+                with parties(hub, url).measured(cpu):
+                    peak = load(duration=args.duration, tag=f"peak{r}",
+                                log_path=root / f"peak-{r}.log")  # fmt: skip
                 at_rate = paced_registrations(hub.base_url, token, clients=args.clients,
                                               duration=args.duration, tag=f"paced{r}",
                                               rate=args.rate)  # fmt: skip
                 registered[n] += len(list((root / "storage" / PROJECT).iterdir()))
             for kind, report, into in (("peak", peak, peaks[n]), ("paced", at_rate, paced[n])):
                 into.append(figures(report))
+                if kind == "peak":  # CPU ms per registration, by party
+                    done = max(1.0, into[-1]["per_second"] * args.duration)
+                    into[-1].update({f"cpu_ms_{name}": round(1000 * sec / done, 2)
+                                     for name, sec in cpu.items()})  # fmt: skip
+                    log("    CPU ms per registration: " + ", ".join(
+                        f"{k.removeprefix('cpu_ms_')} {v}" for k, v in into[-1].items()
+                        if k.startswith("cpu_ms_")))  # fmt: skip
                 log(f"  {database} workers {n} round {r + 1} {kind}: "
                     f"{into[-1]['per_second']:.0f}/s, p50 {into[-1]['p50_ms']:.1f} ms, "
                     f"p99 {into[-1]['p99_ms']:.1f} ms, {report.failures}, "
