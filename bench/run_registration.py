@@ -83,8 +83,8 @@ def parties(hub: Tbhub, url: str) -> Parties:
     """Who spends the CPU of a registration: the first serve process alone (its zygote and
     boards are not in this path), its API workers, nginx, PostgreSQL's backends on this
     database, and wrk (the peak load's generator)."""
-    workers = [int(w["pid"]) for w in json.loads((hub.data_dir / "api-workers.json")
-                                                 .read_text() or "[]")]  # fmt: skip
+    record = hub.data_dir / "api-workers.json"  # none with one process
+    workers = [int(w["pid"]) for w in json.loads(record.read_text())] if record.exists() else []
     alone = {"serve": [int((hub.data_dir / "serve.lock").read_text())], "api_workers": workers}
     if make_url(url).get_backend_name() == "postgresql":
         with psycopg.connect(libpq_url(url), autocommit=True) as connection:
