@@ -158,11 +158,17 @@ class Tbhub:
             self.data_dir / "nginx" / "master.json",
             self.data_dir / "zygote" / "zygote.json",
         ]
-        for record in records:
+        states = []
+        for record in [*records, self.data_dir / "api-workers.json"]:
             try:
                 state = json.loads(record.read_text())
+            except (OSError, ValueError):
+                continue
+            states += [(record, entry) for entry in (state if isinstance(state, list) else [state])]
+        for record, state in states:
+            try:
                 pid, create_time = int(state["pid"]), float(state["create_time"])
-            except (OSError, ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError):
                 continue
             ref = ProcessRef(pid=pid, create_time=create_time)
             if ref.is_alive():

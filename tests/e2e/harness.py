@@ -163,6 +163,12 @@ class TbhubServer:
                 ref = ProcessRef(**json.loads(master.read_text()))
                 if ref.is_alive():
                     stop_group(ref, grace=2, signals=(signal.SIGQUIT, signal.SIGKILL))
+            workers = self.data_dir / "api-workers.json"
+            if workers.exists():
+                for entry in json.loads(workers.read_text()):
+                    ref = ProcessRef(**entry)
+                    if ref.is_alive():
+                        stop_group(ref, grace=2, signals=(signal.SIGTERM, signal.SIGKILL))
             zygote = self.data_dir / "zygote" / "zygote.json"
             if zygote.exists():
                 ref = ProcessRef(**json.loads(zygote.read_text()))

@@ -94,7 +94,7 @@ def put_settings(
     update_settings(session, project=name, change=body.change(), actor=caller.name, now=_now(),
                     backend=context.settings.board_backend,
                     toggleable=toggleable_plugins(context.settings))  # fmt: skip
-    context.restrictions.invalidate()
+    context.invalidate(context.restrictions, after=session)
     context.wake_supervisor()
     return describe_board(session, get_project(session, name=name), context.settings)
 

@@ -175,6 +175,6 @@ def rename(
 def delete(slug: Slug, caller: CallerDep, context: ContextDep, session: SessionDep) -> Response:
     """Delete your compare board; its board stops and its view of hard links goes."""
     delete_compare(session, access=context.access, caller=caller, slug=slug)
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     context.wake_supervisor()
     return Response(status_code=204)

@@ -42,7 +42,7 @@ def put_member(
     """Add a member, or change their role."""
     require_project(context.access, caller, name, Role.owner)
     set_membership(session, project=name, user=member, role=body.role, actor=caller.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)
     return {"user": member, "role": body.role.value}
 
 
@@ -53,7 +53,7 @@ def delete_member(
 ) -> None:  # fmt: skip
     require_project(context.access, caller, name, Role.owner)
     remove_membership(session, project=name, user=member, actor=caller.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)
 
 
 @router.put("/projects/{name}/teams/{team}")
@@ -64,7 +64,7 @@ def put_team(
     """Give a team a role in the project, or change it."""
     require_project(context.access, caller, name, Role.owner)
     teams.grant(session, project=name, team=team, role=body.role, actor=caller.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)
     return {"team": team, "role": body.role.value}
 
 
@@ -75,4 +75,4 @@ def delete_team_role(
 ) -> None:  # fmt: skip
     require_project(context.access, caller, name, Role.owner)
     teams.revoke(session, project=name, team=team, actor=caller.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)

@@ -65,4 +65,4 @@ def revoke_share_link(
     """The link stops working at once here, and on the board within ~15 s (caches)."""
     require_project(context.access, caller, name, Role.owner)
     share_links.revoke_link(session, project=name, link_id=link_id, actor=caller.name)
-    context.shares.invalidate()
+    context.invalidate(context.shares, after=session)

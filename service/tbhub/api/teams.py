@@ -41,7 +41,7 @@ def delete_team(
 ) -> None:
     require_admin(user)
     teams.delete_team(session, name=team, actor=user.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)
 
 
 @router.put("/teams/{team}/members/{member}", status_code=204)
@@ -51,7 +51,7 @@ def add_member(
 ) -> None:  # fmt: skip
     require_admin(user)
     teams.add_member(session, team=team, user=member, actor=user.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)
 
 
 @router.delete("/teams/{team}/members/{member}", status_code=204)
@@ -61,4 +61,4 @@ def remove_member(
 ) -> None:  # fmt: skip
     require_admin(user)
     teams.remove_member(session, team=team, user=member, actor=user.name)
-    context.access.invalidate()
+    context.invalidate(context.access, after=session)

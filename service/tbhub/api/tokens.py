@@ -119,7 +119,7 @@ def revoke(
     token = get_token(session, token_id)
     require_token_manager(context.access, caller, token)
     revoke_token(session, token=token, actor=caller.name)
-    context.tokens.invalidate()
+    context.invalidate(context.tokens, after=session)
     return TokenOut.of(token)
 
 

@@ -124,7 +124,7 @@ def create_project_view(
     flt = parse_view_filter(body.filter.model_dump(exclude_defaults=True, mode="json"))
     view = create_view(session, access=context.access, caller=caller, project=project,
                        name=body.name, shared=body.shared, flt=flt)  # fmt: skip
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     return ViewOut.of(session, view)
 
 
@@ -134,7 +134,7 @@ def open_default_view(
 ) -> ViewOut:
     """The project's default view (its recent, running and pinned runs), made on first use."""
     view = default_view(session, access=context.access, caller=caller, project=project)
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     return ViewOut.of(session, view)
 
 
@@ -163,6 +163,6 @@ def delete_project_view(
     """Delete a view (its owner, an owner of the project, an admin); its board stops."""
     delete_view(session, access=context.access, caller=caller, project=project,
                 view_id=view_id)  # fmt: skip
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     context.wake_supervisor()
     return Response(status_code=204)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.permissions import AccessCache
 from tbhub.auth.ttl_cache import TtlCache
+from tbhub.core.cache_generations import Generation
 from tbhub.core.models import CompareBoard, CompareRun, Project, Run, SavedView
 from tbhub.core.names import is_compare_slug
 
@@ -62,10 +63,11 @@ class CompareCache:
         *,
         ttl: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        generation: Generation | None = None,
     ) -> None:
         self._factory = factory
         self._cache = TtlCache[str, CompareEntry | None](
-            self._load, ttl=ttl, clock=clock, name="compare"
+            self._load, ttl=ttl, clock=clock, name="compare", generation=generation
         )
 
     def lookup(self, slug: str) -> CompareEntry | None:
@@ -76,7 +78,7 @@ class CompareCache:
             return load_entry(session, slug)
 
     def invalidate(self) -> None:
-        self._cache.clear()
+        self._cache.invalidate()
 
 
 def board_projects(compares: CompareCache, name: str) -> frozenset[str] | None:

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.ttl_cache import TtlCache
+from tbhub.core.cache_generations import Generation
 from tbhub.core.models import Membership, Project, Role, TeamMember, TeamRole, User
 
 # How long a role read from the database is trusted. Changes made through this process clear
@@ -89,10 +90,11 @@ class AccessCache:
         *,
         ttl: float = ACCESS_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        generation: Generation | None = None,
     ) -> None:
         self._factory = factory
         self._cache = TtlCache[tuple[int, str], Access](
-            self._load, ttl=ttl, clock=clock, name="access"
+            self._load, ttl=ttl, clock=clock, name="access", generation=generation
         )
 
     def lookup(self, user_id: int, project: str) -> Access:
@@ -103,7 +105,7 @@ class AccessCache:
             return load_access(session, user_id=key[0], project=key[1])
 
     def invalidate(self) -> None:
-        self._cache.clear()
+        self._cache.invalidate()
 
 
 def readable_project_ids(

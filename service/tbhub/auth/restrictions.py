@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.ttl_cache import TtlCache, read_through
+from tbhub.core.cache_generations import Generation
 from tbhub.core.models import BoardSettings
 from tbhub.domain.dashboards import DEFAULT_AUDIENCE, NO_RESTRICTION, Restriction
 
@@ -23,14 +24,18 @@ def load_restriction(session: Session, project_id: int) -> Restriction:
 
 class RestrictionCache:
     def __init__(
-        self, factory: sessionmaker[Session], *, ttl: float = RESTRICTION_CACHE_SECONDS
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = RESTRICTION_CACHE_SECONDS,
+        generation: Generation | None = None,
     ) -> None:
         self._cache: TtlCache[int, Restriction] = read_through(
-            factory, load_restriction, ttl=ttl, name="restriction"
+            factory, load_restriction, ttl=ttl, name="restriction", generation=generation
         )
 
     def lookup(self, project_id: int) -> Restriction:
         return self._cache.get(project_id)
 
     def invalidate(self) -> None:
-        self._cache.clear()
+        self._cache.invalidate()

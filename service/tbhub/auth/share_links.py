@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.ttl_cache import TtlCache
+from tbhub.core.cache_generations import Generation
 from tbhub.core.errors import InvalidInput, NotFound
 from tbhub.core.models import Project, ShareLink
 from tbhub.core.timestamps import iso_utc
@@ -107,10 +108,11 @@ class ShareLinkCache:
         *,
         ttl: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        generation: Generation | None = None,
     ) -> None:
         self._factory = factory
         self._cache = TtlCache[str, ShareGrant | None](
-            self._load, ttl=ttl, clock=clock, name="share_link"
+            self._load, ttl=ttl, clock=clock, name="share_link", generation=generation
         )
 
     def lookup(self, token: str) -> ShareGrant | None:
@@ -132,4 +134,4 @@ class ShareLinkCache:
         return ShareGrant(link.id, link.project_id, project, link.expires_at.timestamp())
 
     def invalidate(self) -> None:
-        self._cache.clear()
+        self._cache.invalidate()

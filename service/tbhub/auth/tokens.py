@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from tbhub.auth.permissions import project_roles
-from tbhub.auth.ttl_cache import Lookups
+from tbhub.auth.ttl_cache import TtlCache
+from tbhub.core.cache_generations import Generation
 from tbhub.core.db import transaction
 from tbhub.core.errors import Forbidden, InvalidInput, NotAuthenticated, NotFound
 from tbhub.core.models import ApiToken, Project, Role, TokenScope, User
@@ -108,9 +108,10 @@ def load_grant(session: Session, token_hash: str) -> TokenGrant | None:
 
 class TokenCache:
     """token hash -> TokenGrant for `ttl` seconds, so a job's requests do not each query the
-    token. Revocations in this process clear it at once; elsewhere (the admin CLI, another
-    replica) they take effect within `ttl`. Last use is noted in memory and written in
-    batches, at most every `flush_every` seconds, never once per request."""
+    token. A revocation in any process of this server clears it at once (`generation`);
+    in another replica, through its NOTIFY, or within `ttl` (the admin CLI). Last use is
+    noted in memory and written in batches, at most every `flush_every` seconds, never once
+    per request."""
 
     def __init__(
         self,
@@ -119,48 +120,38 @@ class TokenCache:
         ttl: float = 10.0,
         flush_every: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        generation: Generation | None = None,
     ) -> None:
         self._factory = factory
-        self._ttl = ttl
         self._flush_every = flush_every
         self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, TokenGrant]] = {}
+        # An unknown token is not kept: one minted in another process works at once.
+        self._cache = TtlCache[str, TokenGrant | None](
+            self._load, ttl=ttl, clock=clock, name="token", generation=generation,
+            keep=lambda grant: grant is not None,
+        )  # fmt: skip
         self.used = AccessTracker[int]()
         self._flushed_at = clock()
-        self._lookups = Lookups("token")
+
+    def _load(self, key: str) -> TokenGrant | None:
+        with self._factory() as session:
+            return load_grant(session, key)
 
     def lookup(self, token: str) -> TokenGrant:
         """The grant of a presented token, or NotAuthenticated saying why it is refused."""
         if not TOKEN_SHAPE.fullmatch(token):
             raise NotAuthenticated(f"that is not a tbhub token (they start with tbh_); {MINT_HINT}")
-        key = hash_token(token)
-        now = self._clock()
-        with self._lock:
-            hit = self._entries.get(key)
-        if hit is not None and now - hit[0] < self._ttl:
-            self._lookups.hit()
-            grant = hit[1]
-        else:
-            self._lookups.miss()
-            with self._factory() as session:
-                found = load_grant(session, key)
-            if found is None:
-                raise NotAuthenticated(f"this token is not known to tbhub; {MINT_HINT}")
-            grant = found
-            with self._lock:
-                if len(self._entries) > 100_000:  # bounded: drop everything rather than grow
-                    self._entries.clear()
-                self._entries[key] = (now, grant)
+        grant = self._cache.get(hash_token(token))
+        if grant is None:
+            raise NotAuthenticated(f"this token is not known to tbhub; {MINT_HINT}")
         grant.check_usable(datetime.now(UTC))
         self.used.touch(grant.token_id)
-        if now - self._flushed_at >= self._flush_every:
+        if self._clock() - self._flushed_at >= self._flush_every:
             self.flush()
         return grant
 
     def invalidate(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._cache.invalidate()
 
     def flush(self) -> None:
         """Write the pending last-used times (a few rows, once a minute at most)."""

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.sessions import SessionData
 from tbhub.auth.ttl_cache import read_through
+from tbhub.core.cache_generations import Generation
 from tbhub.core.models import UserSession
 
 SESSION_CACHE_SECONDS = 10.0
@@ -73,11 +74,19 @@ def is_live(found: Live | None, data: SessionData) -> bool:
 class LiveSessions:
     """session id -> its row (None: none) for `ttl` seconds, for the auth hook."""
 
-    def __init__(self, factory: sessionmaker[Session], *, ttl: float = SESSION_CACHE_SECONDS):
-        self._cache = read_through(factory, live_session, ttl=ttl, name="session")
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        *,
+        ttl: float = SESSION_CACHE_SECONDS,
+        generation: Generation | None = None,
+    ):
+        self._cache = read_through(
+            factory, live_session, ttl=ttl, name="session", generation=generation
+        )
 
     def is_live(self, data: SessionData) -> bool:
         return is_live(self._cache.get(data.session_id), data)
 
     def invalidate(self) -> None:
-        self._cache.clear()
+        self._cache.invalidate()

@@ -24,6 +24,7 @@ from tbhub.cli.serve_options import (
     PortOption,
     PublicUrlOption,
     StorageRootOption,
+    WorkersOption,
     settings_from_flags,
 )
 
@@ -83,12 +84,14 @@ def serve(
     public_url: str | None = PublicUrlOption,
     data_dir: Path | None = DataDirOption,
     storage_root: Path | None = StorageRootOption,
+    workers: int | None = WorkersOption,
 ) -> None:
     """Run the control plane, the board supervisor and nginx until SIGINT/SIGTERM."""
     from tbhub.serve.server import serve as run_server
 
     settings = settings_from_flags(host=host, port=port, public_url=public_url,
-                                   data_dir=data_dir, storage_root=storage_root)  # fmt: skip
+                                   data_dir=data_dir, storage_root=storage_root,
+                                   workers=workers)  # fmt: skip
     run_server(settings, with_nginx=not no_nginx)
 
 

@@ -27,8 +27,14 @@ StorageRootOption = typer.Option(
     "--storage-root",
     help="Root of the log tree, <storage-root>/<project>/<run>/ [env: TBHUB_STORAGE_ROOT].",
 )
+WorkersOption = typer.Option(
+    None,
+    "--workers",
+    help="Processes that answer the control plane's HTTP [env: TBHUB_API_WORKERS].",
+)
 FLAGS = {"http_host": "--host", "http_port": "--port", "public_url": "--public-url",
-         "data_dir": "--data-dir", "storage_root": "--storage-root"}  # fmt: skip
+         "data_dir": "--data-dir", "storage_root": "--storage-root",
+         "api_workers": "--workers"}  # fmt: skip
 
 
 def settings_from_flags(
@@ -38,9 +44,11 @@ def settings_from_flags(
     public_url: str | None,
     data_dir: Path | None,
     storage_root: Path | None,
+    workers: int | None = None,
 ) -> Settings:
     """The settings with each flag given in place of its variable."""
     values = {"http_host": host, "http_port": port, "public_url": public_url,
-              "data_dir": data_dir, "storage_root": storage_root}  # fmt: skip
+              "data_dir": data_dir, "storage_root": storage_root,
+              "api_workers": workers}  # fmt: skip
     given = {field: value for field, value in values.items() if value is not None}
     return load_settings(flags={field: FLAGS[field] for field in given}, **given)

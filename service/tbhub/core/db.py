@@ -20,17 +20,26 @@ from tbhub.core.resources import alembic_dir
 # One connection per thread stays open between requests: with only 10 kept, a busy API
 # closed and opened connections all the time (a PostgreSQL backend started for each; on
 # SQLite, its pragmas run again), a good part of a registration's cost at 64 clients.
+# With API workers (TBHUB_API_WORKERS) the threads are shared out among the processes, so
+# that N workers hold no more database connections than one process did (PostgreSQL's
+# default max_connections is 100), with at least MIN_REQUEST_THREADS each.
 REQUEST_THREADS = 40
+MIN_REQUEST_THREADS = 10
 CONNECTIONS_PER_REQUEST = 2
-POOL_SIZE = REQUEST_THREADS  # opened as needed, kept open; the overflow closed when given back
-POOL_OVERFLOW = REQUEST_THREADS * CONNECTIONS_PER_REQUEST - POOL_SIZE
 
 
-def make_engine(url: str, **pool: Any) -> Engine:
-    """The engine for `url`; `pool` overrides the connection pool's options (tests)."""
+def request_threads(api_workers: int = 1) -> int:
+    """The request threads (and so the kept connections) of one process of `api_workers`."""
+    return max(MIN_REQUEST_THREADS, -(-REQUEST_THREADS // api_workers))
+
+
+def make_engine(url: str, *, threads: int = REQUEST_THREADS, **pool: Any) -> Engine:
+    """The engine for `url`, for a process with `threads` request threads; `pool` overrides
+    the connection pool's options (tests)."""
     kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if not _in_memory(url):
-        kwargs.update(pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
+        # Kept open: one per thread; the overflow, closed when given back, the second.
+        kwargs.update(pool_size=threads, max_overflow=threads * (CONNECTIONS_PER_REQUEST - 1))
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     kwargs.update(pool)

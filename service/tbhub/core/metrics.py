@@ -223,14 +223,15 @@ def _buffered(file_value: type) -> type:
     return BufferedValue
 
 
-def use_directory(directory: Path) -> None:
+def use_directory(directory: Path, *, fresh: bool = True) -> None:
     """Multiprocess mode: this process and every process it starts afterwards (they inherit
     the environment) keep their values in `directory`. Call it before anything counts; the
-    files of earlier runs are removed, as prometheus-client asks."""
+    files of earlier runs are removed, as prometheus-client asks (`fresh`; not by a process
+    that joins a running server: an API worker)."""
     if _instruments is not None:
         raise RuntimeError("metrics were counted before multiprocess mode was turned on")
     directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob("*.db"):
+    for stale in directory.glob("*.db") if fresh else ():
         stale.unlink()
     os.environ[MULTIPROCESS_ENV] = str(directory)
     # prometheus-client picks its value class when imported; pick again now that the

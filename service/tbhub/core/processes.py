@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import time
@@ -12,6 +13,16 @@ from dataclasses import dataclass
 import psutil
 
 DEFAULT_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def end_with_parent(parent: int) -> None:
+    """In a child: be killed when the parent dies (Linux PR_SET_PDEATHSIG), and exit now if
+    it already has. A parent killed with SIGKILL then leaves no child behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 @dataclass(frozen=True)

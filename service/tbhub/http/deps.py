@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, TypeVar
+from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Path, Request, Response, Security
 from fastapi.security import APIKeyCookie, HTTPBearer
@@ -30,6 +30,7 @@ from tbhub.auth.throttle import SignInGuard
 from tbhub.auth.tokens import MINT_HINT, TokenCache
 from tbhub.auth.user_sessions import LiveSessions, is_live, live_session, start_session
 from tbhub.core.bounds import PROJECT_NAME_MAX, RUN_PATH_MAX, USER_NAME_MAX
+from tbhub.core.cache_generations import Generations
 from tbhub.core.db import transaction
 from tbhub.core.errors import NotAuthenticated
 from tbhub.core.log_context import note_request
@@ -44,6 +45,10 @@ from tbhub.storage.usage import ProjectUsage
 from tbhub.supervisor.metrics import SupervisorMetrics
 
 T = TypeVar("T")
+
+
+class Invalidates(Protocol):
+    def invalidate(self) -> None: ...
 
 
 @dataclass
@@ -66,6 +71,8 @@ class AppContext:
     board_origins: BoardOrigins | None = None  # own-origin mode (TBHUB_BOARD_DOMAIN)
     oidc: OidcClient | None = None
     sign_ins: SignInGuard = field(default_factory=SignInGuard)
+    # The caches' generations every process of this server shares (core/cache_generations.py).
+    generations: Generations = field(default_factory=Generations)
     board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
     # The supervisor's wake-ups for starting pages that wait on a board (api/board_state.py).
     board_changes: BoardChanges = field(default_factory=BoardChanges)
@@ -73,20 +80,25 @@ class AppContext:
     restrictions: RestrictionCache = field(init=False)  # dashboards restricted per project
 
     def __post_init__(self) -> None:
-        self.sessions = LiveSessions(self.factory)
-        self.restrictions = RestrictionCache(self.factory)
+        self.sessions = LiveSessions(self.factory, generation=self.generations.of("session"))
+        self.restrictions = RestrictionCache(
+            self.factory, generation=self.generations.of("restriction")
+        )
 
     def forget_identities(self, after: Session | None = None) -> None:
         """Drop every cached session, token, role, share link and compare board: after a
-        user is deleted, disabled or signed out, or a project deleted, this process judges
-        from the database at once (other processes within their caches' 10 s). Given the
-        request's session, only once it commits: a request in between would cache the old
-        rows again."""
-        if after is not None:
-            event.listen(after, "after_commit", lambda _: self.forget_identities(), once=True)
-            return
+        user is deleted, disabled or signed out, or a project deleted, every process of this
+        server judges from the database at once, other replicas once their NOTIFY arrives."""
         caches = (self.sessions, self.tokens, self.access, self.shares, self.compares,
                   self.restrictions)  # fmt: skip
+        self.invalidate(*caches, after=after)
+
+    def invalidate(self, *caches: Invalidates, after: Session | None = None) -> None:
+        """Drop these caches in every process of this server. Given the request's session,
+        only once it commits: a request in between would cache the old rows again."""
+        if after is not None:
+            event.listen(after, "after_commit", lambda _: self.invalidate(*caches), once=True)
+            return
         for cache in caches:
             cache.invalidate()
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
+import anyio
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -48,7 +49,8 @@ from tbhub.auth.permissions import AccessCache
 from tbhub.auth.sessions import CookieNames, SessionSigner
 from tbhub.auth.share_links import ShareLinkCache
 from tbhub.auth.tokens import TokenCache
-from tbhub.core.db import make_engine, make_session_factory
+from tbhub.core.cache_generations import Generations
+from tbhub.core.db import make_engine, make_session_factory, request_threads
 from tbhub.core.resources import web_static
 from tbhub.core.settings import Settings
 from tbhub.domain.boards import AccessTracker, BoardDirectory, BoardRef
@@ -82,26 +84,28 @@ log = logging.getLogger("tbhub")
 
 def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -> AppContext:
     assert settings.secret_key is not None, "call settings.prepare_runtime first"
-    engine = make_engine(settings.db_url)
+    engine = make_engine(settings.db_url, threads=request_threads(settings.api_workers))
     factory = make_session_factory(engine)
+    generations = Generations.in_data_dir(settings.data_dir)
     return AppContext(
         settings=settings,
         engine=engine,
         factory=factory,
         signer=SessionSigner(settings.secret_key.get_secret_value(), settings.session_max_age),
-        access=AccessCache(factory),
-        compares=CompareCache(factory),
+        access=AccessCache(factory, generation=generations.of("access")),
+        compares=CompareCache(factory, generation=generations.of("compare")),
         boards=BoardDirectory(factory),
         tracker=AccessTracker[BoardRef](),
         wake_supervisor=wake,
         csrf=CsrfTokens(settings.secret_key.get_secret_value()),
         cookies=CookieNames.for_url(settings.public_url),
-        shares=ShareLinkCache(factory),
-        tokens=TokenCache(factory),
+        shares=ShareLinkCache(factory, generation=generations.of("share_link")),
+        tokens=TokenCache(factory, generation=generations.of("token")),
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
         usage=ProjectUsage(settings.storage),
         scalars=ScalarCache(settings.storage),
+        generations=generations,
     )
 
 
@@ -147,6 +151,9 @@ def create_app(
 ) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # The threads sync routes run on, as many as the pool has kept connections for.
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = request_threads(context.settings.api_workers)
         if duties is not None:
             duties.start()
         try:

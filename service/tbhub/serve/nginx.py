@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -93,7 +94,8 @@ def lua_modules(binary: str | None) -> list[str]:
     return [str(m) for m in modules] if modules and all(m.is_file() for m in modules) else []
 
 
-def render_config(settings: Settings) -> str:
+def render_config(settings: Settings, api_addresses: Sequence[str] = ()) -> str:
+    """`api_addresses`: the control plane's processes (the first and its API workers)."""
     template_text = nginx_template().read_text()
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     environment.filters["nginx_quote"] = nginx_quote
@@ -109,7 +111,7 @@ def render_config(settings: Settings) -> str:
         log_dir=base / "logs",
         tmp_dir=base / "tmp",
         cache_dir=base / "cache",
-        api_address=settings.api_address,
+        api_addresses=list(api_addresses) or [settings.api_address],
         http_address=settings.http_address,
         auth_cache_seconds=AUTH_CACHE_SECONDS,
         identity_headers=IDENTITY_HEADERS,
@@ -129,7 +131,7 @@ def render_config(settings: Settings) -> str:
     )
 
 
-def write_config(settings: Settings) -> Path:
+def write_config(settings: Settings, api_addresses: Sequence[str] = ()) -> Path:
     base = nginx_dir(settings)
     for sub in ("logs", "tmp", "cache"):
         (base / sub).mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,7 @@ def write_config(settings: Settings) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.touch(mode=0o600)  # it holds the key nginx proves its hop with (proxy_hop.py)
     tmp.chmod(0o600)
-    tmp.write_text(render_config(settings))
+    tmp.write_text(render_config(settings, api_addresses))
     os.replace(tmp, path)
     return path
 
@@ -159,8 +161,9 @@ def find_nginx(binary: str) -> str:
 class NginxMaster:
     """The nginx master tbhub runs, tracked by PID and start time in `master.json`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, api_addresses: Sequence[str] = ()) -> None:
         self.settings = settings
+        self.api_addresses = list(api_addresses)
         self.binary = find_nginx(settings.nginx_bin)
         self.conf = config_path(settings)
         self.record = nginx_dir(settings) / "master.json"
@@ -190,7 +193,7 @@ class NginxMaster:
         self.record.unlink(missing_ok=True)
 
     def start(self, wait: float = 10.0) -> None:
-        write_config(self.settings)
+        write_config(self.settings, self.api_addresses)
         self.check()
         self.stop_stale()
         self._child = subprocess.Popen(

@@ -251,18 +251,24 @@ class Replica:
         if self.clock() - self._flushed_at < self.flush_every:
             return
         self._flushed_at = self.clock()
-        pending = self.tracker.drain()
-        # One row a transaction: a transaction holding one board row while it waits for
-        # another deadlocked with the leader's reconcile pass, which updates many.
-        failed: dict[BoardRef, datetime] = {}
-        error: SQLAlchemyError | None = None
-        for board, at in pending.items():
-            try:
-                with transaction(self.factory) as session:
-                    flush_access(session, {board: at})
-            except SQLAlchemyError as exc:
-                failed[board] = at
-                error = exc
-        if failed:
-            self.tracker.restore(failed)
-            log.warning("could not record %d board accesses: %s", len(failed), error)
+        write_accesses(self.factory, self.tracker)
+
+
+def write_accesses(factory: sessionmaker[Session], tracker: AccessTracker[BoardRef]) -> None:
+    """Write the board accesses a process that does not lead recorded (a standby, an API
+    worker): the idle culler on the leader reads them."""
+    pending = tracker.drain()
+    # One row a transaction: a transaction holding one board row while it waits for
+    # another deadlocked with the leader's reconcile pass, which updates many.
+    failed: dict[BoardRef, datetime] = {}
+    error: SQLAlchemyError | None = None
+    for board, at in pending.items():
+        try:
+            with transaction(factory) as session:
+                flush_access(session, {board: at})
+        except SQLAlchemyError as exc:
+            failed[board] = at
+            error = exc
+    if failed:
+        tracker.restore(failed)
+        log.warning("could not record %d board accesses: %s", len(failed), error)

@@ -1,10 +1,11 @@
-"""`tbhub serve`: the control plane (uvicorn), the nginx master and, on the leader replica,
-the supervisor and the jobs (replica.py, duties.py)."""
+"""`tbhub serve`: the control plane (uvicorn; with its API workers, workers.py), the nginx
+master and, on the leader replica, the supervisor and the jobs (replica.py, duties.py)."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import secrets
 import time
 from pathlib import Path
 from typing import IO
@@ -22,10 +23,12 @@ from tbhub.core.settings import Settings, prepare_runtime
 from tbhub.http.deps import AppContext
 from tbhub.http.public_url import startup_warning
 from tbhub.serve.app import build_context, create_app
+from tbhub.serve.cache_events import CacheListener, announcer, on_postgresql
 from tbhub.serve.duties import LeaderDuties
 from tbhub.serve.nginx import NginxMaster
 from tbhub.serve.replica import Replica, board_location
 from tbhub.serve.shared_settings import record as record_settings
+from tbhub.serve.workers import ApiWorkers, bind_loopback
 from tbhub.storage.scalars import load_reader
 from tbhub.supervisor.backends.select import boards_place
 from tbhub.supervisor.board_process import raise_open_file_limit
@@ -69,11 +72,12 @@ def make_replica(settings: Settings, context: AppContext) -> Replica:
     return replica
 
 
-def start_metrics(settings: Settings) -> None:
+def start_metrics(settings: Settings, *, fresh: bool = True) -> None:
     """Before anything counts: every process of this server keeps its values under the data
-    dir (prometheus-client's multiprocess mode), or none counts at all."""
+    dir (prometheus-client's multiprocess mode), or none counts at all. `fresh`: the first
+    process, which removes the files of an earlier run."""
     if settings.metrics_enabled:
-        use_directory(settings.data_dir / "metrics")
+        use_directory(settings.data_dir / "metrics", fresh=fresh)
     else:
         turn_off()
 
@@ -93,12 +97,35 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     raise_open_file_limit()
 
     context = build_context(settings)
+    # This server's name in cache notifications: its own processes skip what it announced.
+    origin = secrets.token_hex(8)
+    cache_listener = None
+    if on_postgresql(settings.db_url):
+        context.generations.announce = announcer(context.engine, origin)
+        cache_listener = CacheListener(settings.db_url, context.generations, origin)
     replica = make_replica(settings, context)
     replica.join()
-    nginx = NginxMaster(settings) if with_nginx else None
-    shutdown_hooks = (nginx.stop,) if nginx is not None else ()
+    listener = bind_loopback(settings.api_port)
+    workers = ApiWorkers(settings, wake=replica.wake, origin=origin)
+    nginx = (
+        NginxMaster(settings, api_addresses=[settings.api_address, *workers.addresses])
+        if with_nginx
+        else None
+    )
+    shutdown_hooks = tuple(
+        hook
+        for hook in (
+            nginx.stop if nginx is not None else None,
+            workers.stop,
+            cache_listener.stop if cache_listener is not None else None,
+        )
+        if hook is not None
+    )
     app = create_app(context, duties=replica, on_shutdown=shutdown_hooks)
     try:
+        if cache_listener is not None:
+            cache_listener.start()
+        workers.start()
         if nginx is not None:
             nginx.start()
             log.info("nginx listens on http://%s", settings.http_address)
@@ -111,14 +138,8 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
         load_reader()  # the sparklines' event-file reader, so that it is frozen too
         gc.collect()
         gc.freeze()
-        uvicorn.run(
-            app,
-            host="127.0.0.1",
-            port=settings.api_port,
-            log_level="warning",
-            access_log=False,
-            proxy_headers=False,
-        )
+        config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False)
+        uvicorn.Server(config).run(sockets=[listener])
     finally:
         log.info("tbhub serve stopped")
         for stop in shutdown_hooks:

@@ -15,11 +15,9 @@ counted (DESIGN.md decision 9).
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import re
-import signal
 import stat
 import threading
 from collections.abc import Sequence
@@ -28,6 +26,7 @@ from dataclasses import dataclass
 
 from tbhub.core.errors import UnsafePath
 from tbhub.core.fstype import is_mount_lost
+from tbhub.core.processes import end_with_parent
 from tbhub.storage.fsops import DIR_FLAGS, open_below
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -36,7 +35,6 @@ EVENT_FILE_PREFIX = "events.out.tfevents."
 TORCH_TRACE = re.compile(r".+\.pt\.trace\.json(?:\.gz)?")
 XPLANE_SUFFIX = ".xplane.pb"  # XProf's (TensorFlow, JAX): only under plugins/profile/<session>/
 PROFILE_DIRS = ("plugins", "profile")  # <run>/plugins/profile/<session>/<trace>
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +236,6 @@ def worker_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=context,
-        initializer=_end_with_parent,
+        initializer=end_with_parent,
         initargs=(os.getpid(),),
     )
-
-
-def _end_with_parent(parent: int) -> None:
-    """In a worker: be killed when the parent dies (Linux PR_SET_PDEATHSIG), and exit now if
-    it already has."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(0)

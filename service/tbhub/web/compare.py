@@ -133,6 +133,6 @@ def delete_compare_form(
 ) -> Response:
     check_form_token(request, csrf_token, "delete compare board")
     delete_compare(session, access=context.access, caller=caller_of(user), slug=slug)
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     context.wake_supervisor()
     return done("/compare", "compare_deleted")

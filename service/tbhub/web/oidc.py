@@ -71,7 +71,7 @@ def oidc_callback(
     if context.settings.oidc_group_teams:
         sync_groups(session, user=user, groups=identity.groups,
                     group_teams=context.settings.oidc_group_teams)  # fmt: skip
-        context.access.invalidate()
+        context.invalidate(context.access, after=session)
     assert pending is not None
     response = signed_in_redirect(context, session, user, safe_next(pending.next))
     # The pending login is used up: a replayed callback finds no state to match.

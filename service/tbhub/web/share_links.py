@@ -159,5 +159,5 @@ def revoke(
     check_form_token(request, csrf_token, "revoke share link")
     _require_owner(context, user, name)
     share_links.revoke_link(session, project=name, link_id=link_id, actor=user.name)
-    context.shares.invalidate()
+    context.invalidate(context.shares, after=session)
     return done(f"/projects/{name}/share", "share_revoked")

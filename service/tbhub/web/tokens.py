@@ -130,5 +130,5 @@ def revoke(
     token = get_token(session, token_id)
     require_token_manager(context.access, Caller.of_user(user), token)
     revoke_token(session, token=token, actor=user.name)
-    context.tokens.invalidate()
+    context.invalidate(context.tokens, after=session)
     return done("/settings/tokens", "token_revoked")

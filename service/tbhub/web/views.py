@@ -83,7 +83,7 @@ def default_view_page(
 ) -> Response:  # fmt: skip
     """The project's default view: its recent, running and pinned runs (made on first use)."""
     view = default_view(session, access=context.access, caller=caller_of(user), project=project)
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     return _view_page(request, context, session, user, view)
 
 
@@ -120,7 +120,7 @@ def save_view(
                              "params": where.split()})  # fmt: skip
     view = create_view(session, access=context.access, caller=caller_of(user), project=project,
                        name=name, shared=shared, flt=flt)  # fmt: skip
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     return RedirectResponse(f"/projects/{project}/views/{view.id}", status_code=303)
 
 
@@ -137,6 +137,6 @@ def delete_view_form(
     check_form_token(request, csrf_token, "delete view")
     delete_view(session, access=context.access, caller=caller_of(user), project=project,
                 view_id=view_id)  # fmt: skip
-    context.compares.invalidate()
+    context.invalidate(context.compares, after=session)
     context.wake_supervisor()
     return done(f"/projects/{project}", "view_deleted")

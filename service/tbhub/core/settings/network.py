@@ -12,6 +12,7 @@ HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]
                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")  # fmt: skip
 # Addresses that mean "every interface": nobody opens them in a browser.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
+MAX_API_WORKERS = 16
 
 
 class NetworkSettings(BaseModel):
@@ -33,6 +34,15 @@ class NetworkSettings(BaseModel):
         ge=1,
         le=65535,
         description="Loopback port of the control plane behind nginx.",
+    )
+    api_workers: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_API_WORKERS,
+        description="Processes that answer the control plane's HTTP (the API, the pages, the "
+        "auth hook), nginx spreading requests across them. One of them also runs this "
+        "replica's supervisor, watcher and jobs; more help a host with cores to spare "
+        "take registrations from many jobs at once.",
     )
     trusted_proxies: list[str] = Field(
         default_factory=list,

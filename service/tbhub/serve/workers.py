@@ -1,0 +1,172 @@
+"""The API workers of one `tbhub serve` (TBHUB_API_WORKERS, `tbhub serve --workers N`):
+N - 1 processes beside the first, each answering the control plane's HTTP on a loopback
+port of its own that nginx's `tbhub_control_plane` upstream lists with the first one's.
+
+The first process binds each worker's socket before nginx starts, so nginx may connect at
+once (the kernel queues until the worker accepts), and hands it over by descriptor with
+the worker's settings (serve/api_worker.py). Every worker is tracked by PID and start time
+(`api-workers.json` in the data dir), stopped with the server, and killed by the kernel
+when the first process dies without stopping them (PR_SET_PDEATHSIG): none is left behind.
+A worker's wish for a board reaches the supervisor through a pipe this module reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tbhub.core.errors import ConfigError
+from tbhub.core.metrics import forget_process
+from tbhub.core.processes import ProcessRef, stop_group
+from tbhub.core.settings import Settings
+
+log = logging.getLogger("tbhub")
+
+WORKER_STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)  # uvicorn drains on SIGTERM
+STOP_GRACE = 10.0
+READY_SECONDS = 60.0
+RECORD = "api-workers.json"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What `tbhub serve` hands a worker: its settings, the listening socket's descriptor,
+    the write end of the wake-up pipe, and the server's name in cache notifications."""
+
+    settings: Settings
+    parent: int
+    listen_fd: int
+    wake_fd: int
+    origin: str
+
+
+def bind_loopback(port: int = 0) -> socket.socket:
+    """A listening socket on loopback, bound before nginx starts: nginx's first requests
+    wait in its queue instead of failing (a refused connection would take the process out
+    of nginx's rotation for 10 s). Port 0: one the kernel picks, nothing to clash."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); is another "
+                          "server there? Set TBHUB_API_PORT to a free port") from None  # fmt: skip
+    sock.listen(2048)
+    return sock
+
+
+class ApiWorkers:
+    def __init__(self, settings: Settings, *, wake: Callable[[], None], origin: str) -> None:
+        self.settings = settings
+        self.wake = wake
+        self.origin = origin
+        self.record = settings.data_dir / RECORD
+        self._sockets = [bind_loopback() for _ in range(settings.api_workers - 1)]
+        self.addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in self._sockets]
+        self._children: list[tuple[subprocess.Popen[bytes], ProcessRef]] = []
+        self._wake_read, self._wake_write = os.pipe()
+        self._waker: threading.Thread | None = None
+
+    @property
+    def refs(self) -> list[ProcessRef]:
+        return [ref for _child, ref in self._children]
+
+    def start(self) -> None:
+        """Start every worker and wait until each answers; ConfigError if one cannot."""
+        stop_stale(self.record)
+        if not self._sockets:
+            return
+        self._waker = threading.Thread(target=self._pass_wakes, name="tbhub-wakes", daemon=True)
+        self._waker.start()
+        for sock in self._sockets:
+            spec = WorkerSpec(settings=self.settings, parent=os.getpid(), listen_fd=sock.fileno(),
+                              wake_fd=self._wake_write, origin=self.origin)  # fmt: skip
+            child = subprocess.Popen(
+                [sys.executable, "-m", "tbhub.serve.api_worker"],
+                stdin=subprocess.PIPE,
+                pass_fds=(sock.fileno(), self._wake_write),
+                # A terminal's Ctrl-C reaches `tbhub serve` alone, which stops them in turn.
+                start_new_session=True,
+            )
+            self._children.append((child, ProcessRef.of(child.pid)))
+            assert child.stdin is not None
+            child.stdin.write(pickle.dumps(spec))
+            child.stdin.close()
+        self.record.write_text(json.dumps([ref.__dict__ for ref in self.refs]))
+        for sock in self._sockets:
+            sock.close()  # the workers hold it now; this process never accepts on it
+        for (child, _ref), address in zip(self._children, self.addresses, strict=True):
+            self._wait_ready(child, address)
+        log.info("%d API workers answer beside this process: %s", len(self._children),
+                 ", ".join(self.addresses))  # fmt: skip
+
+    def _wait_ready(self, child: subprocess.Popen[bytes], address: str) -> None:
+        deadline = time.monotonic() + READY_SECONDS
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise ConfigError(f"an API worker exited at start (code {child.returncode})")
+            try:
+                if httpx.get(f"http://{address}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise ConfigError(f"the API worker on {address} did not answer in {READY_SECONDS:.0f} s")
+
+    def _pass_wakes(self) -> None:
+        """A byte from any worker: someone waits for a board."""
+        while True:
+            try:
+                data = os.read(self._wake_read, 512)
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                self.wake()
+            except Exception:  # the supervisor's timer picks the board up anyway
+                log.exception("could not wake the supervisor for an API worker")
+
+    def stop(self) -> None:
+        if self._wake_write < 0:
+            return  # stopped already
+        for child, ref in self._children:
+            stop_group(ref, grace=STOP_GRACE, signals=WORKER_STOP_SIGNALS)
+            child.wait(timeout=5)
+            forget_process(ref.pid)
+        self._children = []
+        self.record.unlink(missing_ok=True)
+        for sock in self._sockets:
+            sock.close()
+        os.close(self._wake_write)  # with the workers gone, the reader sees the pipe's end
+        if self._waker is not None:
+            self._waker.join(timeout=5)
+        os.close(self._wake_read)
+        self._wake_write = self._wake_read = -1
+
+
+def stop_stale(record: Path) -> None:
+    """Stop API workers a previous `tbhub serve` on this data dir left (it was killed before
+    the kernel's PR_SET_PDEATHSIG could act, or on a host without it)."""
+    try:
+        refs = [ProcessRef(**entry) for entry in json.loads(record.read_text())]
+    except (OSError, ValueError, TypeError):
+        return
+    for ref in refs:
+        if ref.is_alive():
+            stop_group(ref, grace=STOP_GRACE, signals=WORKER_STOP_SIGNALS)
+    record.unlink(missing_ok=True)

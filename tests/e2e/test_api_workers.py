@@ -1,0 +1,128 @@
+"""`tbhub serve --workers 2` on real nginx: the control plane's requests land in both
+processes, a sign-out, a revoked token or a removed member in one process ends access in
+the other at once, and no worker outlives the server, stopped or killed."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import BOTH_DATABASES
+from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.test_supervisor_restart import gone
+from tests.forms import csrf_header, form_token
+from tests.support.metrics_text import sample
+
+SERIES = "tbhub_http_request_duration_seconds_count"
+UPSTREAM = re.compile(r"^\s*server (127\.0\.0\.1:\d+);$", re.M)
+
+
+def control_plane(server: TbhubServer) -> list[str]:
+    """The control plane's processes, as nginx's upstream lists them: the first one first."""
+    text = (server.data_dir / "nginx" / "nginx.conf").read_text()
+    block = text.split("upstream tbhub_control_plane {")[1].split("}")[0]
+    return UPSTREAM.findall(block)
+
+
+def worker_pids(server: TbhubServer) -> list[int]:
+    return [
+        entry["pid"] for entry in json.loads((server.data_dir / "api-workers.json").read_text())
+    ]
+
+
+def direct(server: TbhubServer, through: httpx.Client, address: str) -> httpx.Client:
+    """The same caller (cookies, CSRF header, token), straight to one process."""
+    client = httpx.Client(base_url=f"http://{address}", cookies=through.cookies,
+                          headers=through.headers, timeout=10)  # fmt: skip
+    server.clients.append(client)
+    return client
+
+
+@BOTH_DATABASES
+def test_a_change_in_one_worker_ends_access_in_the_other_at_once(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    server.add_user("bob", "bob-password")
+    server.add_project("vision", owner="alice")
+    token = server.add_token("alice", ["vision"])
+    server.start("--workers", "2")
+    first, second = control_plane(server)
+    assert first == f"127.0.0.1:{server.api_port}"
+
+    alice = server.sign_in("alice", "alice-password")
+    assert alice.put("/api/v1/projects/vision/members/bob", json={"role": "viewer"}).is_success
+    bob = server.sign_in("bob", "bob-password")
+    job = server.token_client(token)
+    # Each caller's access cached in the second process...
+    on_second = {name: direct(server, c, second) for name, c in
+                 (("alice", alice), ("bob", bob), ("job", job))}  # fmt: skip
+    for client in on_second.values():
+        assert client.get("/api/v1/projects/vision").status_code == 200
+    on_first = direct(server, alice, first)
+    token_id = on_first.get("/api/v1/tokens").json()[0]["id"]
+
+    # ...and each change made through the first: the second answers the new truth at once.
+    assert on_first.delete(f"/api/v1/tokens/{token_id}").is_success
+    assert on_second["job"].get("/api/v1/projects/vision").status_code == 401
+
+    assert on_first.delete("/api/v1/projects/vision/members/bob").status_code == 204
+    assert on_second["bob"].get("/api/v1/projects/vision").status_code == 404
+
+    signed_out = on_first.post("/auth/logout", data={"csrf_token": form_token(on_first, "/")},
+                               follow_redirects=False)  # fmt: skip
+    assert signed_out.status_code == 303
+    assert on_second["alice"].get("/api/v1/projects/vision").status_code == 401
+
+
+def test_requests_spread_over_the_workers_and_none_outlives_the_server(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    server.add_project("vision", owner="alice")
+    server.start("--workers", "2")
+    pids = worker_pids(server)
+    assert len(pids) == 1 and not gone(pids[0])
+    alice = server.sign_in("alice", "alice-password")
+    csrf_header(alice)
+    for _ in range(20):
+        assert alice.get("/api/v1/projects/vision").status_code == 200
+    # /metrics, answered by either process, counts every process's requests.
+    route = {"method": "GET", "route": "/api/v1/projects/{name}"}
+    for _ in range(2):
+        counted = wait_until(
+            lambda: sample(alice.get("/metrics").text, SERIES, **route) == 20,
+            timeout=5, what="/metrics to count both processes' requests",
+        )  # fmt: skip
+        assert counted
+
+    server.stop()
+    assert all(gone(pid) for pid in pids), "an API worker outlived tbhub serve"
+    assert not (server.data_dir / "api-workers.json").exists()
+    # nginx writes its access log out as it stops: which process answered each request.
+    log = (server.data_dir / "nginx" / "logs" / "nginx-access.log").read_text()
+    answered = set(re.findall(r'"GET /api/v1/projects/vision HTTP/1.1" 200 .* upstream=(\S+)', log))
+    assert answered == set(control_plane(server)), "nginx did not spread the requests"
+
+
+def test_a_killed_server_leaves_no_worker(make_server: Callable[..., TbhubServer]) -> None:
+    server = make_server()
+    server.start("--workers", "3")
+    pids = worker_pids(server)
+    assert len(pids) == 2
+    server.kill()  # SIGKILL to tbhub serve alone: no chance to stop anything
+    wait_until(lambda: all(gone(pid) for pid in pids), timeout=5, what="the workers to end")
+
+
+@pytest.mark.parametrize("workers", ["0", "17"])
+def test_the_worker_count_is_bounded(workers: str, make_server: Callable[..., TbhubServer]) -> None:
+    server = make_server()
+    result = server.cli("serve", "--workers", workers, check=False)
+    assert result.returncode != 0
+    assert "--workers" in result.stderr

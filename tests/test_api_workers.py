@@ -1,0 +1,79 @@
+"""The API workers' pieces that need no server: nginx's upstream lists every process, the
+threads and connections are shared out among the processes, and what a worker is handed
+survives the trip (tests/e2e/test_api_workers.py runs real ones)."""
+
+from __future__ import annotations
+
+import pickle
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from tbhub.core.db import make_engine, request_threads
+from tbhub.core.settings import Settings
+from tbhub.serve.nginx import find_nginx, render_config, write_config
+from tbhub.serve.workers import WorkerSpec
+
+ADDRESSES = ["127.0.0.1:18998", "127.0.0.1:40001", "127.0.0.1:40002"]
+
+
+def make_settings(tmp_path: Path, **extra: object) -> Settings:
+    return Settings(data_dir=tmp_path, secret_key="s" * 40, http_port=18999, api_port=18998,
+                    **extra)  # type: ignore[arg-type]  # fmt: skip
+
+
+def upstream(text: str) -> str:
+    return text.split("upstream tbhub_control_plane {")[1].split("}")[0]
+
+
+def test_the_upstream_lists_every_process_with_keepalive_for_each(tmp_path: Path) -> None:
+    block = upstream(render_config(make_settings(tmp_path), ADDRESSES))
+    assert re.findall(r"server (\S+);", block) == ADDRESSES
+    assert "least_conn;" in block
+    assert "keepalive 96;" in block
+
+
+def test_one_process_is_the_upstream_it_always_was(tmp_path: Path) -> None:
+    block = upstream(render_config(make_settings(tmp_path)))
+    assert re.findall(r"server (\S+);", block) == ["127.0.0.1:18998"]
+    assert "least_conn" not in block and "keepalive 32;" in block
+
+
+def test_the_config_with_workers_passes_nginx_t(tmp_path: Path) -> None:
+    conf = write_config(make_settings(tmp_path), ADDRESSES)
+    command = [find_nginx("nginx"), "-t", "-p", str(tmp_path / "nginx"), "-c", str(conf),
+               "-e", str(tmp_path / "e.log")]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(1, 40), (2, 20), (3, 14), (4, 10), (16, 10)])
+def test_the_request_threads_are_shared_out_among_the_workers(workers: int, threads: int) -> None:
+    assert request_threads(workers) == threads
+
+
+def test_a_process_keeps_one_connection_per_thread_and_one_more_at_peak(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite3'}", threads=request_threads(2))
+    try:
+        assert engine.pool.size() == 20  # type: ignore[attr-defined]
+        assert engine.pool._max_overflow == 20  # type: ignore[attr-defined]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("workers", [0, 17])
+def test_the_worker_count_is_bounded(tmp_path: Path, workers: int) -> None:
+    with pytest.raises(ValidationError, match="api_workers"):
+        make_settings(tmp_path, api_workers=workers)
+
+
+def test_a_worker_gets_the_settings_with_their_secret(tmp_path: Path) -> None:
+    spec = WorkerSpec(settings=make_settings(tmp_path, api_workers=2), parent=1, listen_fd=3,
+                      wake_fd=4, origin="abc")  # fmt: skip
+    back = pickle.loads(pickle.dumps(spec))
+    assert back == spec
+    assert back.settings.secret_key is not None
+    assert back.settings.secret_key.get_secret_value() == "s" * 40
