@@ -120,6 +120,21 @@ def test_the_default_view_holds_the_recent_the_running_and_the_pinned_runs(team:
     assert MAX_VIEW_RUNS >= RECENT_RUNS + 2, "old-finished is neither: it is left out"
 
 
+def test_only_making_the_default_view_drops_every_process_s_compare_cache(team: Team) -> None:
+    # Its new board must reach every process at once; opening it again changes nothing, and
+    # must not make every worker drop its cache (and NOTIFY every replica) on each visit.
+    compares = team.client.app.state.context.generations.of("compare")  # type: ignore[attr-defined]
+    before = compares.current()
+    assert team.client.post(f"{VIEWS}/default", headers=team.headers("bob")).status_code == 200
+    made = compares.current()
+    assert made != before, "the new view's board reaches the other processes"
+    for who in ("bob", "carol"):
+        assert team.client.post(f"{VIEWS}/default", headers=team.headers(who)).status_code == 200
+        page = team.client.get("/projects/vision/views/default", headers=team.headers(who))
+        assert page.status_code == 200, page.text
+    assert compares.current() == made, "opening it again drops no cache"
+
+
 BAD_FILTERS = [
     {"status": ["sleeping"]},
     {"since": "yesterday"},

@@ -42,22 +42,32 @@ def direct(server: TbhubServer, through: httpx.Client, address: str) -> httpx.Cl
     return client
 
 
-@BOTH_DATABASES
-def test_a_change_in_one_worker_ends_access_in_the_other_at_once(
-    make_server: Callable[..., TbhubServer],
-) -> None:
+def alice_and_bob(server: TbhubServer) -> tuple[httpx.Client, httpx.Client]:
+    """A started server's alice (owner of vision) and bob (a viewer of it), signed in."""
+    alice = server.sign_in("alice", "alice-password")
+    assert alice.put("/api/v1/projects/vision/members/bob", json={"role": "viewer"}).is_success
+    return alice, server.sign_in("bob", "bob-password")
+
+
+def two_users(make_server: Callable[..., TbhubServer]) -> TbhubServer:
     server = make_server()
     server.add_user("alice", "alice-password")
     server.add_user("bob", "bob-password")
     server.add_project("vision", owner="alice")
+    return server
+
+
+@BOTH_DATABASES
+def test_a_change_in_one_worker_ends_access_in_the_other_at_once(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = two_users(make_server)
     token = server.add_token("alice", ["vision"])
     server.start("--workers", "2")
     first, second = control_plane(server)
     assert first == f"127.0.0.1:{server.api_port}"
 
-    alice = server.sign_in("alice", "alice-password")
-    assert alice.put("/api/v1/projects/vision/members/bob", json={"role": "viewer"}).is_success
-    bob = server.sign_in("bob", "bob-password")
+    alice, bob = alice_and_bob(server)
     job = server.token_client(token)
     # Each caller's access cached in the second process...
     on_second = {name: direct(server, c, second) for name, c in
@@ -126,3 +136,29 @@ def test_the_worker_count_is_bounded(workers: str, make_server: Callable[..., Tb
     result = server.cli("serve", "--workers", workers, check=False)
     assert result.returncode != 0
     assert "--workers" in result.stderr
+
+
+@BOTH_DATABASES
+def test_an_admin_cli_change_ends_access_in_every_process_at_once(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    # The admin CLI is not a process of the server: its committed change reaches the
+    # caches the auth hook judges from, in every process, through the data dir's counters
+    # (and NOTIFY on PostgreSQL), not after their lifetime.
+    server = two_users(make_server)
+    server.start("--workers", "2")
+    alice, bob = alice_and_bob(server)
+    callers = {name: [direct(server, client, address) for address in control_plane(server)]
+               for name, client in (("alice", alice), ("bob", bob))}  # fmt: skip
+
+    def hook(client: httpx.Client) -> int:
+        uri = {"X-Tbhub-Original-Uri": "/boards/vision/data/runs"}
+        return client.get("/_auth/board", headers=uri).status_code
+
+    for clients in callers.values():
+        for client in clients:  # each caller's access cached in both processes
+            assert hook(client) == 200
+    server.cli("admin", "project", "remove-member", "vision", "bob")
+    assert [hook(client) for client in callers["bob"]] == [403, 403]
+    server.cli("admin", "user", "disable", "alice")
+    assert [hook(client) for client in callers["alice"]] == [401, 401]

@@ -133,8 +133,9 @@ def open_default_view(
     project: ProjectInPath, caller: CallerDep, context: ContextDep, session: SessionDep
 ) -> ViewOut:
     """The project's default view (its recent, running and pinned runs), made on first use."""
-    view = default_view(session, access=context.access, caller=caller, project=project)
-    context.invalidate(context.compares, after=session)
+    view, made = default_view(session, access=context.access, caller=caller, project=project)
+    if made:
+        context.invalidate(context.compares, after=session)
     return ViewOut.of(session, view)
 
 

@@ -13,8 +13,9 @@ from tbhub.auth.ttl_cache import TtlCache
 from tbhub.core.cache_generations import Generation
 from tbhub.core.models import Membership, Project, Role, TeamMember, TeamRole, User
 
-# How long a role read from the database is trusted. Changes made through this process clear
-# the cache at once; other processes (the admin CLI, other replicas) see them within this.
+# How long a role read from the database is trusted, at most: a change made through any
+# process of the server or the admin CLI drops the cache at once (core/cache_generations.py),
+# other replicas' on NOTIFY; this bounds a notification that was lost.
 ACCESS_CACHE_SECONDS = 10.0
 
 
@@ -80,9 +81,8 @@ def load_access(session: Session, *, user_id: int, project: str) -> Access:
 
 
 class AccessCache:
-    """(user, project) -> Access for `ttl` seconds. Changes made through this process
-    invalidate it at once; changes made elsewhere (the admin CLI, another replica) show
-    within `ttl`."""
+    """(user, project) -> Access for `ttl` seconds, or until its generation moves (a
+    change anywhere on the server, the admin CLI's included, or another replica's NOTIFY)."""
 
     def __init__(
         self,

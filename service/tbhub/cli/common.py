@@ -134,11 +134,19 @@ def session_factory(settings: Settings) -> Iterator[sessionmaker[Session]]:
 
 @contextmanager
 def db_session(settings: Settings) -> Iterator[Session]:
-    """One all-or-nothing transaction on the configured database."""
+    """One all-or-nothing transaction on the configured database. One that wrote anything
+    (an account disabled or deleted, a member removed, a token revoked, sessions ended)
+    also ends, once it has committed, what running servers cache of who may do what: they
+    judge from the database at once, not after their caches' lifetime."""
     from tbhub.core.db import transaction
+    from tbhub.serve.cache_events import forget_everywhere, note_writes
 
-    with session_factory(settings) as factory, transaction(factory) as session:
-        yield session
+    with session_factory(settings) as factory:
+        with transaction(factory) as session:
+            wrote = note_writes(session)
+            yield session
+        if wrote:
+            forget_everywhere(settings, factory)
 
 
 def human_bytes(size: float) -> str:

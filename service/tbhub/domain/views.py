@@ -270,22 +270,24 @@ def create_view(
 
 def default_view(
     session: Session, *, access: AccessCache, caller: Caller, project: str
-) -> SavedView:
-    """The project's default view (recent, running and pinned runs), made on first use."""
+) -> tuple[SavedView, bool]:
+    """The project's default view (recent, running and pinned runs), made on first use, and
+    whether this call made it (then its new board must reach the caches once it commits)."""
     project_id = require_project(access, caller, project, Role.viewer).project_id
     query = select(SavedView).where(SavedView.project_id == project_id,
                                     SavedView.preset == DEFAULT_PRESET)  # fmt: skip
     found = session.scalar(query)
     if found is not None:
-        return found
+        return found, False
     try:
-        return _new_view(session, caller=caller, project_id=project_id, name=DEFAULT_NAME,
+        made = _new_view(session, caller=caller, project_id=project_id, name=DEFAULT_NAME,
                          shared=True, preset=DEFAULT_PRESET, flt=ViewFilter())  # fmt: skip
     except IntegrityError:  # made meanwhile by another request
         found = session.scalar(query)
         if found is None:
             raise
-        return found
+        return found, False
+    return made, True
 
 
 def delete_view(

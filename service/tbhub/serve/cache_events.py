@@ -7,16 +7,20 @@ connection drops every cache when it is back: it may have missed a notification.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from tbhub.core.cache_generations import CACHES, Generations
 from tbhub.core.leader_lock import CONNECT_TIMEOUT, libpq_url
+from tbhub.core.settings import Settings
 
 log = logging.getLogger("tbhub.caches")
 
@@ -42,6 +46,50 @@ def announcer(engine: Engine, origin: str) -> Callable[[str], None]:
             log.warning("could not tell the other replicas to drop the %s cache: %s", cache, exc)
 
     return announce
+
+
+class Writes:
+    """Whether a session wrote anything: an ORM flush, or an INSERT, UPDATE or DELETE."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __bool__(self) -> bool:
+        return self.seen
+
+    def flushed(self, *_args: Any) -> None:
+        self.seen = True
+
+    def executed(self, state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            self.seen = True
+
+
+def note_writes(session: Session) -> Writes:
+    writes = Writes()
+    event.listen(session, "after_flush", writes.flushed)
+    event.listen(session, "do_orm_execute", writes.executed)
+    return writes
+
+
+def forget_everywhere(settings: Settings, factory: sessionmaker[Session]) -> None:
+    """After a command outside `tbhub serve` (the admin CLI) committed a change: every
+    process of a server on this host drops its caches (the data dir's counters), and every
+    replica too (NOTIFY, on PostgreSQL). A counter file this user may not write leaves the
+    servers on this host to their caches' lifetime; the change itself stands."""
+    engine = factory.kw["bind"]
+    try:
+        generations = (Generations.in_data_dir(settings.data_dir)
+                       if settings.data_dir.is_dir() else Generations())  # fmt: skip
+    except OSError as exc:
+        log.warning("could not tell this host's servers to drop their caches: %s", exc)
+        generations = Generations()
+    try:
+        if on_postgresql(settings.db_url):
+            generations.announce = announcer(engine, f"cli-{os.getpid()}")
+        generations.bump_all()
+    finally:
+        generations.close()
 
 
 class CacheListener:

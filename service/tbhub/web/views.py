@@ -82,8 +82,10 @@ def default_view_page(
     context: ContextDep,
 ) -> Response:  # fmt: skip
     """The project's default view: its recent, running and pinned runs (made on first use)."""
-    view = default_view(session, access=context.access, caller=caller_of(user), project=project)
-    context.invalidate(context.compares, after=session)
+    view, made = default_view(session, access=context.access, caller=caller_of(user),
+                              project=project)  # fmt: skip
+    if made:  # a new board: every process's compare cache learns of it once this commits
+        context.invalidate(context.compares, after=session)
     return _view_page(request, context, session, user, view)
 
 
