@@ -21,7 +21,7 @@ def nginx_request_id(server: TbhubServer, marker: str) -> str:
 
     def found() -> str | None:
         for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-            if marker in line and (match := re.search(r"request_id=([0-9a-f]{32})$", line)):
+            if marker in line and (match := re.search(r"request_id=([0-9a-f]{32})\b", line)):
                 return match.group(1)
         return None
 
