@@ -46,7 +46,7 @@ from _reports import arguments, emit_report, log, measure_rounds, medians
 from _sample_data import cached
 from _tbhub import Tbhub
 from board_memory import mib, tree_pss_bytes
-from first_chart import CHART_WATCH, CHROMIUM, CHROMIUM_ARGS, first_chart_seconds
+from first_chart import CHART_WATCH, CHROMIUM, CHROMIUM_ARGS
 from tbhub.storage.sample_logs import scalar_value
 from tbhub.storage.tfrecord import framed
 
@@ -126,7 +126,7 @@ def first_chart(browser: Browser, hub: Tbhub, cookie: str, url: str) -> float:
         page = context.new_page()
         started_ms = time.time() * 1000
         page.goto(hub.base_url + url)
-        return first_chart_seconds(page, started_ms)
+        return charts.first_chart(page, started_ms, trace_from_us=None).seconds
     finally:
         context.close()
 
