@@ -99,6 +99,8 @@ def test_the_project_page_asks_chromium_to_prerender_the_board_only_while_it_ser
     assert [json.loads(r) for r in rules] == [
         {"prerender": [{"source": "list", "urls": ["/boards/vision/"], "eagerness": "immediate"}]}
     ]
+    settings.board_prerender = False
+    assert "speculationrules" not in client.get("/projects/vision").text  # turned off
     # The one inline script the page's CSP lets through: rules, no code.
     assert (
         "'inline-speculation-rules'"

@@ -211,8 +211,11 @@ def board_prerender(
     the board serves: its "Open board" then shows a page whose script has run and whose
     data has come in. Only the project's own board (a default view opens through a
     redirect), never a stopped one (asking would start it), not in own-origin mode (the
-    board is another site there)."""
-    if state != "live" or context.board_origins is not None or values.get("opens_on_default_view"):
+    board is another site there), not when the operator turned it off
+    (TBHUB_BOARD_PRERENDER)."""
+    settings = context.settings
+    if (state != "live" or not settings.board_prerender or context.board_origins is not None
+            or values.get("opens_on_default_view")):  # fmt: skip
         return None
     return f"/boards/{quote(project)}/"
 
