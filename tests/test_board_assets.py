@@ -5,6 +5,8 @@ while it starts (answered by the control plane then, and nothing else)."""
 
 from __future__ import annotations
 
+import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -83,6 +85,27 @@ def test_the_project_page_prefetches_them_only_while_the_board_serves(
     page = client.get("/projects/vision").text
     for src in stamped_files():
         assert f'<link rel="prefetch" href="/boards/vision/{src}">' in page
+
+
+def test_the_project_page_asks_chromium_to_prerender_the_board_only_while_it_serves(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    assert "speculationrules" not in client.get("/projects/vision").text  # stopped: not started
+    observe(factory, ObservedState.ready, upstream="127.0.0.1:9")
+    page = client.get("/projects/vision").text
+    rules = re.findall(r'<script type="speculationrules">(.*?)</script>', page)
+    assert [json.loads(r) for r in rules] == [
+        {"prerender": [{"source": "list", "urls": ["/boards/vision/"], "eagerness": "immediate"}]}
+    ]
+    settings.board_prerender = False
+    assert "speculationrules" not in client.get("/projects/vision").text  # turned off
+    # The one inline script the page's CSP lets through: rules, no code.
+    assert (
+        "'inline-speculation-rules'"
+        in client.get("/projects/vision").headers["content-security-policy"]
+    )
 
 
 def stamped_script() -> str:

@@ -33,6 +33,16 @@ def signed_in(browser: Browser, server: TbhubServer) -> BrowserContext:
     return context
 
 
+def serving_board(make_server: Callable[..., TbhubServer]) -> TbhubServer:
+    """A server whose project vision (alice's: 2 runs) has its board serving."""
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    write_project(server.add_project("vision", owner="alice"), runs=2, steps=20, tags=1)
+    server.start()
+    wait_for_board(server.sign_in("alice", "alice-password"), "vision")
+    return server
+
+
 @pytest.fixture
 def slow_server(make_server: Callable[..., TbhubServer]) -> TbhubServer:
     server = make_server()
@@ -110,11 +120,7 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
 ) -> None:
     """TensorBoard's page asks for its fonts at /font-roboto/ on the site root, whatever its
     path prefix; tbhub serves them from the board, so nothing on the page fails to load."""
-    server = make_server()
-    server.add_user("alice", "alice-password")
-    write_project(server.add_project("vision", owner="alice"), runs=2, steps=20, tags=1)
-    server.start()
-    wait_for_board(server.sign_in("alice", "alice-password"), "vision")
+    server = serving_board(make_server)
     context = signed_in(browser, server)
     try:
         page = context.new_page()
@@ -161,5 +167,31 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
         assert toggle.get_attribute("href") == (
             f"{server.base_url}/projects/vision/board#plugins-heading"
         )
+    finally:
+        context.close()
+
+
+def test_the_project_pages_prerender_rules_reach_chromium_past_its_csp(
+    make_server: Callable[..., TbhubServer], browser: Browser
+) -> None:
+    """While the board serves, the project page's Speculation Rules (prerender the board page)
+    are parsed by Chromium, not blocked by the page's CSP. Playwright's own session keeps
+    Chromium from prerendering (bench/_tab_cdp.py); the rule set is what the page controls."""
+    server = serving_board(make_server)
+    context = signed_in(browser, server)
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        session = context.new_cdp_session(page)
+        rule_sets: list[dict[str, object]] = []
+        session.on("Preload.ruleSetUpdated", lambda event: rule_sets.append(event["ruleSet"]))
+        session.send("Preload.enable")
+        page.goto(f"{server.base_url}/projects/vision")
+        page.wait_for_timeout(200)
+        assert len(rule_sets) == 1, rule_sets
+        assert "errorType" not in rule_sets[0], rule_sets[0]
+        assert '"urls": ["/boards/vision/"]' in str(rule_sets[0]["sourceText"])
+        assert not [e for e in errors if "Content Security Policy" in e], errors
     finally:
         context.close()

@@ -1,7 +1,9 @@
 """Security headers on every page and answer of the control plane.
 
 tbhub's own pages load nothing from elsewhere and run no inline script, so their CSP is
-strict. Board pages come from TensorBoard through nginx, which adds a CSP of tbhub's own
+strict; 'inline-speculation-rules' lets the project page's inline Speculation Rules (JSON
+that asks Chromium to prerender the board page, no script) through, and nothing else.
+Board pages come from TensorBoard through nginx, which adds a CSP of tbhub's own
 there (nginx/tbhub.conf.j2, BOARD_CSP); browsers enforce both it and TensorBoard's.
 """
 
@@ -15,7 +17,8 @@ from starlette.types import Scope
 from tbhub.http.response_headers import ResponseHeaders
 
 PAGE_CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self' 'inline-speculation-rules'; style-src 'self'; "
+    "img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )

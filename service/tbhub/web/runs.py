@@ -191,6 +191,7 @@ def project_page(
         **project_views(context, session, user, project),
     }
     values["prefetch"] = board_prefetch(context, project, board["state"])
+    values["prerender"] = board_prerender(context, project, board["state"], values)
     return page(request, "project.html", values, user=user)
 
 
@@ -201,6 +202,22 @@ def board_prefetch(context: AppContext, project: str, state: str) -> list[str]:
     if state != "live" or context.board_origins is not None:
         return []
     return [f"/boards/{quote(project)}/{src}" for src in stamped_files()]
+
+
+def board_prerender(
+    context: AppContext, project: str, state: str, values: dict[str, Any]
+) -> str | None:
+    """The board page the project page asks Chromium to prerender (Speculation Rules) while
+    the board serves: its "Open board" then shows a page whose script has run and whose
+    data has come in. Only the project's own board (a default view opens through a
+    redirect), never a stopped one (asking would start it), not in own-origin mode (the
+    board is another site there), not when the operator turned it off
+    (TBHUB_BOARD_PRERENDER)."""
+    settings = context.settings
+    if (state != "live" or not settings.board_prerender or context.board_origins is not None
+            or values.get("opens_on_default_view")):  # fmt: skip
+        return None
+    return f"/boards/{quote(project)}/"
 
 
 @router.get("/projects/{project}/runs/{run_id}")

@@ -43,6 +43,14 @@ class BoardSettings(BaseModel):
     idle_timeout: float = Field(
         default=900.0, gt=0, description="Seconds without a request before a board is stopped."
     )
+    board_prerender: bool = Field(
+        default=True,
+        description="While a project's board serves, its project page asks Chromium to "
+        'prerender the board page (Speculation Rules), so that "Open board" shows a page '
+        "already drawn. The board's page then runs when the project page is opened, not "
+        "only on the click (see the threat model); false: the click loads it, as in other "
+        "browsers.",
+    )
     default_view_over_runs: int = Field(
         default=500,
         ge=0,

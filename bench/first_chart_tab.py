@@ -1,0 +1,199 @@
+"""Time to first chart with the project page's prerender at work: bench/first_chart.py's warm
+and bare visits, in Chromium driven tab-aware over DevTools (bench/_tab_cdp.py), since under
+Playwright Chromium prerenders nothing (it refuses for a page with a session attached to the
+page target directly).
+
+The same `tbhub serve` and bare TensorBoard over the standard sample logdir as
+bench/first_chart.py, and the same clock: from the click (here `link.click()` in the page) to
+the first scalar card's y axis showing the data's range, settled for a second; a prerendered
+page is counted from its activation at the earliest (a chart drawn while the page was
+hidden is seen when it is shown). Each round, in a fresh profile (a new incognito context)
+and in a returning one (a profile on disk per target):
+
+- warm: the click on "Open board", which the project page has asked Chromium to prerender;
+- warm_noprerender: the same page reached by a URL the rules do not name (`?nr`): what the
+  click cost before the prerender, in the same run;
+- bare: the bare TensorBoard's URL opened directly.
+
+Targets (issue 19): warm <= 0.8x bare in a fresh profile, <= 0.5x bare in a returning one.
+
+    .venv/bin/python bench/first_chart_tab.py [--runs 5] [--warmup 1] [--dwell 0] [--json]
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from _places import PROJECT
+from _processes import temp_dir
+from _reports import arguments, emit_report, measure_rounds, medians
+from _tab_cdp import Browser, CdpError, Tab
+from _tbhub import Tbhub
+from first_chart import (
+    ACTIVATION,
+    CHART_WATCH,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    DATA,
+    EMPTY_AXIS,
+    SETTLED_S,
+    sample_and_bare,
+)
+
+TIMEOUT_S = 120.0
+KINDS = tuple(f"{target}_{profile}" for profile in ("fresh", "returning")
+              for target in ("warm", "warm_noprerender", "bare"))  # fmt: skip
+TARGETS = (("warm_fresh", "bare_fresh", 0.8), ("warm_returning", "bare_returning", 0.5))
+DWELL_S = 0.0  # --dwell: seconds on the project page (loaded) before the click
+LINK = "document.querySelector('a[data-opens=whole-project]')"
+
+
+@dataclass
+class Sample:
+    kind: str
+    index: int
+    seconds: float
+    prerendered: bool
+
+
+def chart_seconds(tab: Tab, started_ms: float, board_path: str) -> tuple[float, bool]:
+    """From `started_ms` (epoch) to the first chart shown with its data; and whether the page
+    shown was prerendered."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            path, axis, at = tab.evaluate("[location.pathname, window.__axis, window.__firstChart]")
+        except CdpError:  # between documents
+            path, axis, at = "", "", None
+        if (path == board_path and at and axis != EMPTY_AXIS
+                and time.time() * 1000 - max(at, started_ms) >= SETTLED_S * 1000):  # fmt: skip
+            chart_ms, origin, shown_ms = tab.evaluate(ACTIVATION)
+            return (max(chart_ms, shown_ms) - started_ms) / 1000, shown_ms > origin
+        time.sleep(0.05)
+    raise TimeoutError("the first chart did not show its data")
+
+
+def visit_tbhub(browser: Browser, hub: Tbhub, cookie: str, *, incognito: bool,
+                prerender: bool) -> Sample:  # fmt: skip
+    tab = browser.new_tab(incognito=incognito, cookies=cookies(hub, cookie))
+    try:
+        tab.navigate(f"{hub.base_url}/projects/{PROJECT}")
+        time.sleep(DWELL_S)
+        started_ms = time.time() * 1000
+        tab.evaluate(f"{LINK}.click()" if prerender else f"location.href = {LINK}.href + '?nr'")
+        seconds, prerendered = chart_seconds(tab, started_ms, f"/boards/{PROJECT}/")
+        return Sample("", 0, seconds, prerendered)
+    finally:
+        tab.close()
+
+
+def visit_bare(browser: Browser, url: str, *, incognito: bool) -> Sample:
+    tab = browser.new_tab(incognito=incognito, cookies=[])
+    try:
+        started_ms = time.time() * 1000
+        tab.send("Page.navigate", {"url": url}, session=tab.shown_page())
+        seconds, prerendered = chart_seconds(tab, started_ms, "/")
+        return Sample("", 0, seconds, prerendered)
+    finally:
+        tab.close()
+
+
+def cookies(hub: Tbhub, cookie: str) -> list[dict[str, str]]:
+    return [{"name": "tbhub_session", "value": cookie, "url": hub.base_url}]
+
+
+def run(repeats: int, warmup: int) -> list[Sample]:
+    with temp_dir("tbhub-bench-first-chart-tab.") as work:
+        storage, bare, bare_url = sample_and_bare(work)
+        hub = Tbhub(root=work / "tbhub", storage_root=storage)
+        browsers: list[Browser] = []
+        try:
+            with hub.serving():
+                cookie = hub.sign_in()
+                hub.wait_for_board(cookie, "data/runs")
+
+                def browser(name: str) -> Browser:
+                    made = Browser(CHROMIUM, CHROMIUM_ARGS, Path(work / "profiles" / name),
+                                   CHART_WATCH)  # fmt: skip
+                    browsers.append(made)
+                    return made
+
+                fresh, tbhub_profile = browser("fresh"), browser("tbhub")
+                bare_profile = browser("bare")
+
+                def one_round(index: int, _label: str) -> list[Sample]:
+                    visits = {
+                        "bare_fresh": lambda: visit_bare(fresh, bare_url, incognito=True),
+                        "warm_fresh": lambda: visit_tbhub(fresh, hub, cookie, incognito=True,
+                                                          prerender=True),
+                        "warm_noprerender_fresh": lambda: visit_tbhub(
+                            fresh, hub, cookie, incognito=True, prerender=False),
+                        "bare_returning": lambda: visit_bare(bare_profile, bare_url,
+                                                             incognito=False),
+                        "warm_returning": lambda: visit_tbhub(tbhub_profile, hub, cookie,
+                                                              incognito=False, prerender=True),
+                        "warm_noprerender_returning": lambda: visit_tbhub(
+                            tbhub_profile, hub, cookie, incognito=False, prerender=False),
+                    }  # fmt: skip
+                    # Alternate the order of the with/without-prerender pair between rounds.
+                    order = list(visits) if index % 2 else list(reversed(visits))
+                    out = []
+                    for kind in order:
+                        sample = visits[kind]()
+                        sample.kind, sample.index = kind, index
+                        out.append(sample)
+                    return out
+
+                return measure_rounds(repeats, max(warmup, 1), one_round,
+                                      lambda s: f"{s.kind} {s.seconds:.2f}s"
+                                      f"{' prerendered' if s.prerendered else ''}")  # fmt: skip
+        finally:
+            for made in browsers:
+                made.close()
+            bare.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = arguments(__doc__, runs=5, warmup=1)
+    parser.add_argument(
+        "--dwell",
+        type=float,
+        default=0.0,
+        help="seconds on the loaded project page before the click (default 0)",
+    )
+    args = parser.parse_args(argv)
+    global DWELL_S
+    DWELL_S = args.dwell
+    samples = run(args.runs, args.warmup)
+    median_s = medians(samples, KINDS, lambda s: s.seconds)
+    ratios = {f"{a}/{b}": round(median_s[a] / median_s[b], 2) for a, b, _ in TARGETS}
+    before = {f"warm_noprerender_{p}/bare_{p}": round(median_s[f"warm_noprerender_{p}"]
+                                                      / median_s[f"bare_{p}"], 2)
+              for p in ("fresh", "returning")}  # fmt: skip
+    prerendered = {k: sum(s.prerendered for s in samples if s.kind == k) for k in KINDS}
+    summary = (
+        f"first_chart_tab (medians, n={args.runs}): "
+        + ", ".join(f"{kind} {median_s[kind]:.2f}s" for kind in KINDS)
+        + "; "
+        + ", ".join(f"{name} {ratio}x (target <= {target}x: "
+                    f"{'met' if ratio <= target else 'MISSED'})"
+                    for (name, ratio), (_, _, target) in zip(ratios.items(), TARGETS, strict=True))
+        + "; without the prerender: "
+        + ", ".join(f"{name} {ratio}x" for name, ratio in before.items())
+        + "; prerendered visits: "
+        + ", ".join(f"{k} {n}/{args.runs}" for k, n in prerendered.items())
+        + f"; dwell {args.dwell:g}s"
+    )  # fmt: skip
+    if args.json:
+        emit_report("first_chart_tab", data=DATA, samples=samples, median_s=median_s,
+                    n=args.runs, ratios=ratios, before=before, summary=summary)  # fmt: skip
+        return 0
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
