@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
+import httpx
 import psutil
 import pytest
 
@@ -19,6 +20,8 @@ from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import JSON, board_row, restart_reasons
 from tests.e2e.test_boards import wait_for_board
 from tests.e2e.test_supervisor_restart import board_groups, gone
+
+RUNS = "/boards/vision/data/runs"
 
 
 def started(make_server: Callable[..., TbhubServer], **settings: str) -> TbhubServer:
@@ -63,6 +66,31 @@ def test_board_killed_with_sigkill_is_restarted_as_a_crash(
     assert board_row(server).restarts == {"crash": 1}
     assert restart_reasons(server) == ["crash"]
     assert "exited; last lines" in server.log()
+
+
+def test_the_request_after_a_board_came_back_elsewhere_reaches_it_there(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    # nginx keeps the hook's "let in" answer, the board's address with it, up to 5 s. A
+    # board that crashed and came back on another port within that time must be reached
+    # there by the next request, not sent the starting page until the answer runs out.
+    server = started(make_server)
+    alice = server.sign_in("alice", "alice-password")
+    hook = httpx.Client(base_url=f"http://127.0.0.1:{server.api_port}", cookies=alice.cookies)
+    server.clients.append(hook)
+
+    def upstream() -> str | None:
+        answer = hook.get("/_auth/board", headers={"X-Tbhub-Original-Uri": RUNS})
+        serving = answer.status_code == 200 and answer.headers["x-accel-expires"] != "0"
+        return answer.headers["x-board-upstream"] if serving else None
+
+    before = upstream()
+    assert alice.get(RUNS, headers=JSON).status_code == 200  # the answer is kept now
+    _, pids = only_group(server)
+    os.killpg(min(pids), signal.SIGKILL)
+    assert alice.get(RUNS, headers=JSON).status_code == 503  # its old address failed
+    wait_until(lambda: upstream() not in (None, before), timeout=60, what="the board back")
+    assert alice.get(RUNS, headers=JSON).status_code == 200
 
 
 def test_board_stopped_with_sigstop_is_replaced_then_its_group_killed(
