@@ -114,6 +114,8 @@ def test_boards_get_no_forwarding_headers_and_the_control_plane_gets_them_all(
     for body in boards:
         for header in forwarding:
             assert f'proxy_set_header {header} "";' in body, header
+        assert "proxy_set_header Cookie $board_cookie;" in body
+        assert "proxy_set_header Authorization $board_authorization;" in body
     for body in (locations["@control_plane"], locations["/"]):
         assert "proxy_set_header X-Forwarded-For $remote_addr;" in body
         assert "proxy_set_header X-Forwarded-Proto $scheme;" in body
