@@ -91,7 +91,7 @@ def team(client: TestClient, factory: sessionmaker[Session], settings: Settings)
 def one_connection_client(team: Team, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     """A client of a server whose pool holds one connection, waiting 2 s for it at most."""
 
-    def one_connection(url: str) -> Engine:
+    def one_connection(url: str, *, threads: int = 1) -> Engine:  # one, whatever `threads` says
         return make_engine(url, poolclass=QueuePool, pool_size=1, max_overflow=0, pool_timeout=2)
 
     monkeypatch.setattr(app_module, "make_engine", one_connection)

@@ -33,7 +33,7 @@ def locations(text: str) -> dict[str, str]:
 def cache_key_variables(text: str) -> set[str]:
     """The nginx variables the cache of hook answers is keyed on: in tbhub_gate's Lua
     (nginx with Lua), else in the hook location's proxy_cache_key."""
-    lua = re.search(r"local key = table\.concat\(\{(.*?)\}, \"\|\"\)", text, re.S)
+    lua = re.search(r"table\.concat\(\{(.*?)\}, \"\|\"\)", text, re.S)  # key_of
     if lua is not None:
         return {f"${name}" for name in re.findall(r"var\.(\w+)", lua[1])}
     key = re.search(r'proxy_cache_key "([^"]+)";', locations(text)["= /_auth/board"])
