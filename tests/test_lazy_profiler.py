@@ -54,9 +54,15 @@ class Board:
         self.process, self.url = process, f"http://127.0.0.1:{port}"
 
     def descendants(self) -> list[str]:
-        """The command lines of the board's descendants (its data server, any Manager)."""
-        return [" ".join(child.cmdline()) for child in
-                psutil.Process(self.process.pid).children(recursive=True)]  # fmt: skip
+        """The command lines of the board's live descendants (its data server, any Manager);
+        one that exits while listed (a zombie until reaped) is left out."""
+        lines = []
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            try:
+                lines.append(" ".join(child.cmdline()))
+            except psutil.NoSuchProcess:  # ZombieProcess too
+                continue
+        return lines
 
 
 @pytest.fixture
