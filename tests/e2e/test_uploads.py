@@ -14,6 +14,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -315,13 +316,20 @@ def test_while_a_job_writes_only_whole_records_are_sent(site: Site, tmp_path: Pa
     )
 
 
+# Runs argv[1:] with SIGINT at its default (so Python there turns it into KeyboardInterrupt).
+DEFAULT_SIGINT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
+
+
 def test_upload_watch_follows_new_data_until_interrupted(site: Site, tmp_path: Path) -> None:
     local = tmp_path / "watched"
     write_run(local / "a", steps=10)
     env = {**os.environ, "TBHUB_URL": site.server.base_url, "TBHUB_TOKEN": site.token,
            "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
-    command = [TBHUB, "upload", str(local), "--project", "vision", "--watch",
-               "--interval", "0.2", "--json"]  # fmt: skip
+    # Ctrl-C as a terminal sends it: a suite started in the background by a shell runs with
+    # SIGINT ignored, which its children inherit; the watcher starts with it as a terminal has it.
+    command = [sys.executable, "-c", DEFAULT_SIGINT, TBHUB, "upload", str(local),
+               "--project", "vision", "--watch", "--interval", "0.2", "--json"]  # fmt: skip
     watcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)  # fmt: skip
     try:
