@@ -12,7 +12,7 @@ from playwright.sync_api import Browser, BrowserContext, Response
 from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer
 from tests.e2e.healing import board_row
-from tests.e2e.test_boards import wait_for_board
+from tests.e2e.test_supervisor_restart import started_server
 from tests.scripts import write_script
 
 # A board that takes longer to come up than the old starting page's fixed 2 s reload: then
@@ -31,16 +31,6 @@ def signed_in(browser: Browser, server: TbhubServer) -> BrowserContext:
     context.add_cookies([{"name": name, "value": value, "url": server.base_url}
                          for name, value in client.cookies.items()])  # fmt: skip
     return context
-
-
-def serving_board(make_server: Callable[..., TbhubServer]) -> TbhubServer:
-    """A server whose project vision (alice's: 2 runs) has its board serving."""
-    server = make_server()
-    server.add_user("alice", "alice-password")
-    write_project(server.add_project("vision", owner="alice"), runs=2, steps=20, tags=1)
-    server.start()
-    wait_for_board(server.sign_in("alice", "alice-password"), "vision")
-    return server
 
 
 @pytest.fixture
@@ -120,7 +110,7 @@ def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(
 ) -> None:
     """TensorBoard's page asks for its fonts at /font-roboto/ on the site root, whatever its
     path prefix; tbhub serves them from the board, so nothing on the page fails to load."""
-    server = serving_board(make_server)
+    server = started_server(make_server)
     context = signed_in(browser, server)
     try:
         page = context.new_page()
@@ -177,7 +167,7 @@ def test_the_project_pages_prerender_rules_reach_chromium_past_its_csp(
     """While the board serves, the project page's Speculation Rules (prerender the board page)
     are parsed by Chromium, not blocked by the page's CSP. Playwright's own session keeps
     Chromium from prerendering (bench/_tab_cdp.py); the rule set is what the page controls."""
-    server = serving_board(make_server)
+    server = started_server(make_server)
     context = signed_in(browser, server)
     try:
         page = context.new_page()
