@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tbhub.supervisor import data_server_wait
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-if TYPE_CHECKING:  # the board image holds this module, board_assets and lazy_plugins alone of tbhub
+# The board image holds this module and the three above, alone of tbhub.
+if TYPE_CHECKING:
     from tbhub.supervisor.model import BoardSpec
 
 # Plugins a board loads only when its project opts in, and why each is off.
@@ -443,6 +445,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
     from tensorboard.plugins import base_plugin
 
     raise_open_file_limit()
+    data_server_wait.install()
     launcher = split_args(args)
     flags = launcher.flags
     if launcher.plugin_path and launcher.plugin_path not in sys.path:

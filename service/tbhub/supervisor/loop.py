@@ -55,6 +55,9 @@ log = logging.getLogger("tbhub.supervisor")
 
 # While a board starts, look again soon; otherwise the timer interval applies.
 FAST_INTERVAL = 0.1
+# Meanwhile its health probe is asked this often, so the pass that marks it ready comes as
+# soon as it answers, not up to FAST_INTERVAL later (a board of a few runs starts in 0.2 s).
+READY_POLL = 0.01
 # Seconds a pass waits for one project's symlink check (or a compare view's links) before
 # calling its storage unavailable; the check goes on and is asked for again next pass.
 LINK_CHECK_WAIT = 10.0
@@ -125,6 +128,7 @@ class Supervisor:
         self.may_act = may_act
         self.on_observed = on_observed
         self._observed: dict[str, Observed] = {}
+        self._starting: list[Instance] = []  # alive, not yet ready in the last pass
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,8 +174,20 @@ class Supervisor:
                 busy = self.reconcile_once()
             except Exception:  # the loop must survive a bad pass; the next one retries
                 log.exception("reconcile pass failed")
-            self._wake.wait(FAST_INTERVAL if busy else self.interval)
+            if busy:
+                self._await_ready(FAST_INTERVAL)
+            else:
+                self._wake.wait(self.interval)
             self._wake.clear()
+
+    def _await_ready(self, limit: float) -> None:
+        """Wait up to `limit` for a wake-up, asking the starting boards' health probe every
+        READY_POLL meanwhile: returns as soon as one of them answers."""
+        deadline = time.monotonic() + limit
+        while not self._wake.is_set() and (left := deadline - time.monotonic()) > 0:
+            if any(self._observer.ready(i, timeout=left) for i in self._starting):
+                return
+            self._wake.wait(min(READY_POLL, left))
 
     # -- one pass --------------------------------------------------------------------------
 
@@ -195,6 +211,7 @@ class Supervisor:
         full = now - self._memory_measured_at >= self.interval * 0.9
         settled = {iid for iid, h in self._health.items() if h.ready_at is not None}
         actual = self._observer.observe(full=full, settled=settled)
+        self._starting = [i for i in actual if i.alive and i.probed and not i.ready]
         if full:
             self._memory_measured_at = now
         desired = self._check_links(desired, actual, now)

@@ -23,13 +23,14 @@ from tbhub.supervisor.plan import Instance, board_prefix
 log = logging.getLogger("tbhub.supervisor")
 
 
-def probe_ready(instance: Instance, client: httpx.Client) -> bool:
-    """Ready means /data/environment answers 200: unlike /data/logdir it needs the data server."""
+def probe_ready(instance: Instance, client: httpx.Client, timeout: float | None = None) -> bool:
+    """Ready means /data/environment answers 200: unlike /data/logdir it needs the data server.
+    `timeout` (seconds) replaces the client's own for this probe."""
     if not instance.alive or instance.upstream is None:
         return False
     url = f"http://{instance.upstream}{board_prefix(instance.project)}/data/environment"
     try:
-        response = client.get(url)
+        response = client.get(url) if timeout is None else client.get(url, timeout=timeout)
     except httpx.HTTPError:
         return False
     return response.status_code == 200
@@ -66,6 +67,10 @@ class Observer:
 
     def close(self) -> None:
         self.client.close()
+
+    def ready(self, instance: Instance, *, timeout: float) -> bool:
+        """One health probe of `instance` outside a pass, given at most `timeout` seconds."""
+        return probe_ready(instance, self.client, timeout)
 
     def observe(self, *, full: bool, settled: Set[str] = frozenset()) -> list[Instance]:
         """Every instance the backend knows, with this pass's probes filled in.
