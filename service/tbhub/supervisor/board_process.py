@@ -400,6 +400,14 @@ class _Answer:
             self.done()
 
 
+def release_free_heap() -> None:
+    """Return free heap pages to the kernel (glibc's `malloc_trim`), where they count in
+    no process's memory."""
+    malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
 def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = None) -> Any:
     """TensorBoard's `server_class` hook: the board's WSGI app (wrapped in `middleware`, if
     given) served by waitress, on the host and port of TensorBoard's flags (port 0: one the
@@ -426,6 +434,7 @@ def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = N
             self._url = f"http://{flags.host}:{port}{flags.path_prefix or ''}/"
 
         def serve_forever(self) -> None:
+            release_free_heap()  # what TensorBoard's start-up allocated and let go
             self._server.run()
 
         def get_url(self) -> str:

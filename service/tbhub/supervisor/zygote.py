@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import functools
 import gc
 import importlib
 import inspect
 import json
+import mimetypes
 import os
 import re
 import select
@@ -44,7 +44,7 @@ from typing import Any
 
 import psutil
 
-from tbhub.supervisor.board_process import ENTRY_POINT_GROUP
+from tbhub.supervisor.board_process import ENTRY_POINT_GROUP, release_free_heap
 from tbhub.supervisor.forked_board import become_board, in_process_program
 
 SOCKET_NAME = "zygote.sock"
@@ -66,6 +66,9 @@ BOARD_MODULES = (
     "grpc._channel",
     "encodings.idna",
     "shlex",
+    "getopt",
+    "waitress",  # the board's HTTP server (board_process.board_server)
+    "waitress.server",
 )
 # Which of SINGLE_THREADED_ENV the zygote set itself (boards remove them again).
 _ADDED_ENV: list[str] = []
@@ -102,6 +105,7 @@ def warm_up() -> str:
                   file=sys.stderr, flush=True)  # fmt: skip
     getattr(tf, "__version__", None)  # resolves the lazy TensorFlow stub once
     server_ingester.get_server_binary()
+    mimetypes.init()  # the system's type map, which TensorBoard's first answer reads (0.3 MiB)
     _share_web_assets()
     return str(version.VERSION)
 
@@ -144,20 +148,14 @@ def _bind(app: functools.partial[Any], plugin: Any) -> functools.partial[Any]:
     return functools.partial(types.MethodType(method.__func__, plugin), *app.args, **app.keywords)
 
 
-def _release_free_heap() -> None:
-    """Return free heap pages to the kernel (glibc). Boards would otherwise allocate into
-    them, each copying pages it never shares, and the zygote would keep the stale copies."""
-    malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if malloc_trim is not None:
-        malloc_trim(0)
-
-
 def serve(directory: Path, state_dir: Path) -> None:
     started = time.monotonic()
     version = warm_up()
     gc.collect()
     gc.freeze()  # imported objects stay shared: the collector never writes to them again
-    _release_free_heap()
+    # Boards would otherwise allocate into the free pages, each copying pages it never
+    # shares, and the zygote would keep the stale copies.
+    release_free_heap()
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     address = socket_address(dir_fd)
