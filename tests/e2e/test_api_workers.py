@@ -5,7 +5,9 @@ the other at once, and no worker outlives the server, stopped or killed."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from collections.abc import Callable
 
 import httpx
@@ -49,11 +51,16 @@ def alice_and_bob(server: TbhubServer) -> tuple[httpx.Client, httpx.Client]:
     return alice, server.sign_in("bob", "bob-password")
 
 
-def two_users(make_server: Callable[..., TbhubServer]) -> TbhubServer:
+def alice_of_vision(make_server: Callable[..., TbhubServer]) -> TbhubServer:
     server = make_server()
     server.add_user("alice", "alice-password")
-    server.add_user("bob", "bob-password")
     server.add_project("vision", owner="alice")
+    return server
+
+
+def two_users(make_server: Callable[..., TbhubServer]) -> TbhubServer:
+    server = alice_of_vision(make_server)
+    server.add_user("bob", "bob-password")
     return server
 
 
@@ -93,9 +100,7 @@ def test_a_change_in_one_worker_ends_access_in_the_other_at_once(
 def test_requests_spread_over_the_workers_and_none_outlives_the_server(
     make_server: Callable[..., TbhubServer],
 ) -> None:
-    server = make_server()
-    server.add_user("alice", "alice-password")
-    server.add_project("vision", owner="alice")
+    server = alice_of_vision(make_server)
     server.start("--workers", "2")
     pids = worker_pids(server)
     assert len(pids) == 1 and not gone(pids[0])
@@ -128,6 +133,36 @@ def test_a_killed_server_leaves_no_worker(make_server: Callable[..., TbhubServer
     assert len(pids) == 2
     server.kill()  # SIGKILL to tbhub serve alone: no chance to stop anything
     wait_until(lambda: all(gone(pid) for pid in pids), timeout=5, what="the workers to end")
+
+
+def test_a_worker_that_dies_is_started_again_on_its_port(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = alice_of_vision(make_server)
+    server.start("--workers", "2")
+    [pid] = worker_pids(server)
+    address = control_plane(server)[1]
+    alice = server.sign_in("alice", "alice-password")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: gone(pid), timeout=5, what="the killed worker to end")
+    wait_until(lambda: worker_pids(server) != [pid] and not gone(worker_pids(server)[0]),
+               timeout=15, what="another worker in the record")  # fmt: skip
+    # The new worker answers on the killed one's port, with the callers' sessions intact.
+    worker = direct(server, alice, address)
+    answered = wait_until(lambda: _answers(worker), timeout=30, what="the new worker to answer")
+    assert answered
+    assert worker.get("/api/v1/projects/vision").status_code == 200
+    assert "starting another" in server.log()
+    new = worker_pids(server)
+    server.stop()
+    assert all(gone(p) for p in new), "the restarted worker outlived tbhub serve"
+
+
+def _answers(client: httpx.Client) -> bool:
+    try:
+        return client.get("/healthz").status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 @pytest.mark.parametrize("workers", ["0", "17"])

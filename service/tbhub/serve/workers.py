@@ -7,7 +7,11 @@ once (the kernel queues until the worker accepts), and hands it over by descript
 the worker's settings (serve/api_worker.py). Every worker is tracked by PID and start time
 (`api-workers.json` in the data dir), stopped with the server, and killed by the kernel
 when the first process dies without stopping them (PR_SET_PDEATHSIG): none is left behind.
-A worker's wish for a board reaches the supervisor through a pipe this module reads.
+A worker that exits while the server runs is started again on the same socket, which the
+first process keeps open for it (nginx's requests queue there meanwhile); one that keeps
+exiting (RESTART_LIMIT times within RESTART_WINDOW) is left down until that window has
+passed, with an error logged, and nginx sends its share to the others meanwhile. A
+worker's wish for a board reaches the supervisor through a pipe this module reads.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ WORKER_STOP_SIGNALS = (signal.SIGTERM, signal.SIGKILL)  # uvicorn drains on SIGT
 STOP_GRACE = 10.0
 READY_SECONDS = 60.0
 RECORD = "api-workers.json"
+WATCH_SECONDS = 1.0  # between looks at whether a worker has exited
+RESTART_LIMIT, RESTART_WINDOW = 5, 60.0  # restarts of one worker within that many seconds
 
 
 @dataclass(frozen=True)
@@ -78,8 +84,11 @@ class ApiWorkers:
         self._sockets = [bind_loopback() for _ in range(settings.api_workers - 1)]
         self.addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in self._sockets]
         self._children: list[tuple[subprocess.Popen[bytes], ProcessRef]] = []
+        self._restarts: list[list[float]] = [[] for _ in self._sockets]  # when, per worker
         self._wake_read, self._wake_write = os.pipe()
         self._waker: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     @property
     def refs(self) -> list[ProcessRef]:
@@ -92,27 +101,64 @@ class ApiWorkers:
             return
         self._waker = threading.Thread(target=self._pass_wakes, name="tbhub-wakes", daemon=True)
         self._waker.start()
-        for sock in self._sockets:
-            spec = WorkerSpec(settings=self.settings, parent=os.getpid(), listen_fd=sock.fileno(),
-                              wake_fd=self._wake_write, origin=self.origin)  # fmt: skip
-            child = subprocess.Popen(
-                [sys.executable, "-m", "tbhub.serve.api_worker"],
-                stdin=subprocess.PIPE,
-                pass_fds=(sock.fileno(), self._wake_write),
-                # A terminal's Ctrl-C reaches `tbhub serve` alone, which stops them in turn.
-                start_new_session=True,
-            )
-            self._children.append((child, ProcessRef.of(child.pid)))
-            assert child.stdin is not None
-            child.stdin.write(pickle.dumps(spec))
-            child.stdin.close()
-        self.record.write_text(json.dumps([ref.__dict__ for ref in self.refs]))
-        for sock in self._sockets:
-            sock.close()  # the workers hold it now; this process never accepts on it
+        self._children = [self._spawn(sock) for sock in self._sockets]
+        self._write_record()
         for (child, _ref), address in zip(self._children, self.addresses, strict=True):
             self._wait_ready(child, address)
         log.info("%d API workers answer beside this process: %s", len(self._children),
                  ", ".join(self.addresses))  # fmt: skip
+        # Started from a thread that lives as long as the workers: the kernel's
+        # PR_SET_PDEATHSIG acts when the thread that started a child ends.
+        self._watcher = threading.Thread(target=self._watch, name="tbhub-api-workers",
+                                         daemon=True)  # fmt: skip
+        self._watcher.start()
+
+    def _spawn(self, sock: socket.socket) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+        """One worker answering on `sock` (this process keeps its copy open and never
+        accepts on it, so a worker started again later listens on the same port)."""
+        spec = WorkerSpec(settings=self.settings, parent=os.getpid(), listen_fd=sock.fileno(),
+                          wake_fd=self._wake_write, origin=self.origin)  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tbhub.serve.api_worker"],
+            stdin=subprocess.PIPE,
+            pass_fds=(sock.fileno(), self._wake_write),
+            # A terminal's Ctrl-C reaches `tbhub serve` alone, which stops them in turn.
+            start_new_session=True,
+        )
+        assert child.stdin is not None
+        child.stdin.write(pickle.dumps(spec))
+        child.stdin.close()
+        return child, ProcessRef.of(child.pid)
+
+    def _write_record(self) -> None:
+        """Written whole or not at all: a reader never sees half a list."""
+        partial = self.record.with_name(f"{RECORD}.partial")
+        partial.write_text(json.dumps([ref.__dict__ for ref in self.refs]))
+        partial.replace(self.record)
+
+    def _watch(self) -> None:
+        """Start again each worker that exits while the server runs."""
+        while not self._stopping.wait(WATCH_SECONDS):
+            for index, (child, ref) in enumerate(self._children):
+                if child.poll() is None or self._stopping.is_set():
+                    continue
+                now = time.monotonic()
+                recent = [t for t in self._restarts[index] if now - t < RESTART_WINDOW]
+                if len(recent) >= RESTART_LIMIT:
+                    if len(recent) == RESTART_LIMIT:  # said once
+                        log.error("the API worker on %s exited %d times within %.0f s; left "
+                                  "down (nginx sends its requests to the other processes): "
+                                  "see its errors above", self.addresses[index], RESTART_LIMIT,
+                                  RESTART_WINDOW)  # fmt: skip
+                        recent.append(now)
+                    self._restarts[index] = recent
+                    continue
+                log.warning("the API worker on %s exited (code %s); starting another",
+                            self.addresses[index], child.returncode)  # fmt: skip
+                forget_process(ref.pid)
+                self._restarts[index] = [*recent, now]
+                self._children[index] = self._spawn(self._sockets[index])
+                self._write_record()
 
     def _wait_ready(self, child: subprocess.Popen[bytes], address: str) -> None:
         deadline = time.monotonic() + READY_SECONDS
@@ -144,6 +190,9 @@ class ApiWorkers:
     def stop(self) -> None:
         if self._wake_write < 0:
             return  # stopped already
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
         for child, ref in self._children:
             stop_group(ref, grace=STOP_GRACE, signals=WORKER_STOP_SIGNALS)
             child.wait(timeout=5)
