@@ -76,6 +76,9 @@ class RunTable:
         raised = 0
         events = [*(session.scalars(late) if unseen else ()), *session.scalars(newer)]
         runs = _runs_of(session, {event.run_id for event in events})
+        # The runs with a crashed incident open, asked once: a job array's registrations
+        # are hundreds of `running` events a pass, and almost none has one to resolve.
+        crashed = incidents.with_open(session, run_ids=set(runs), detector="crashed")
         for event in events:
             if event.id in self._seen_events:
                 continue
@@ -83,15 +86,20 @@ class RunTable:
             self._cursor = max(self._cursor, event.id)
             run = runs.get(event.run_id)
             if run is not None:
-                raised += self._status_change(session, run, event, now)
+                raised += self._status_change(session, run, event, now, crashed)
         self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
         return raised
 
-    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
-        rules = self.rules(run.project_id, session)
+    def _status_change(
+        self, session: Session, run: Run, event: RunEvent, now: datetime, crashed: set[int]
+    ) -> int:
+        """`crashed`: the runs with a crashed incident open, kept current as this pass goes."""
         if event.value == RunStatus.running.value:
-            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
+            if run.id in crashed:
+                incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
+                crashed.discard(run.id)
             return 0
+        rules = self.rules(run.project_id, session)
         if event.value not in ENDED:
             return 0
         incidents.resolve_open(
@@ -117,6 +125,8 @@ class RunTable:
         incident = incidents.record(
             session, run=run, detection=detection, now=now, resolved=detector == "finished"
         )
+        if detector == "crashed":
+            crashed.add(run.id)  # open now, whether new or counted on the one open before
         if incident is not None and event.value == RunStatus.killed.value:
             incident.severity = "warning"
         return int(incident is not None)
