@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.models import AuditEvent, Project, Run, RunEvent, RunParam, RunStatus
@@ -70,6 +70,34 @@ def test_a_registration_writes_its_row_tags_params_first_status_and_audit_row(
     assert {k: again[k] for k in run} == run
     found = team.client.get("/api/v1/runs?hparam.opt=adam", headers=team.headers("bob-write"))
     assert [r["id"] for r in found.json()["runs"]] == [run_id]
+
+
+def statements_of(team: Team, body: dict[str, object]) -> list[str]:
+    """The SQL statements one registration by a token sends, its token's grant cached."""
+    engine = team.client.app.state.context.engine  # type: ignore[attr-defined]
+    sent: list[str] = []
+
+    def note(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        sent.append(" ".join(statement.split()[:3]))
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        register(team, **body)
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    return sent
+
+
+def test_a_registration_sends_one_read_and_an_insert_per_table(team: Team) -> None:
+    """The guard on the write path's cost: the token owner's enabled flag (one column of
+    one row), then one INSERT per table (tags and parameters only when there are any), and
+    nothing read back."""
+    register(team, name="warm")  # the token's grant and the project's access cached
+    plain = statements_of(team, {"name": "plain"})
+    assert plain == ["SELECT users.disabled FROM", "INSERT INTO runs",
+                     "INSERT INTO run_events", "INSERT INTO audit_events"]  # fmt: skip
+    full = statements_of(team, {"name": "full", "tags": ["a", "b"], "hparams": {"lr": 0.1}})
+    assert full == [*plain[:2], "INSERT INTO run_tags", "INSERT INTO run_params", *plain[2:]]
 
 
 def test_the_same_name_in_the_same_second_gets_a_suffix(team: Team) -> None:

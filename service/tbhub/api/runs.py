@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from tbhub.api.param_query import param_expressions
@@ -180,7 +180,7 @@ class RunPage(BaseModel):
 @router.post("/projects/{project}/runs", status_code=201, response_model=RunOut)
 def create_run(
     project: ProjectInPath, body: RunCreate, caller: CallerDep, context: ContextDep
-) -> RunOut:
+) -> Response:
     """Register a run: its directory is created and returned as `logdir`."""
     access = require_project(context.access, caller, project, Role.editor)
     run = register_run(
@@ -206,7 +206,10 @@ def create_run(
     )
     sync_hparams_file(context.factory, storage_root=context.settings.storage, project=project,
                       run=run, fresh=True)  # fmt: skip
-    return RunOut.of(run, project, context.settings)
+    # Built and checked once, sent as is: a RunOut returned would be checked against the
+    # model again (on one more threadpool hop) before being turned into JSON.
+    answer = RunOut.of(run, project, context.settings).model_dump_json()
+    return Response(answer, status_code=201, media_type="application/json")
 
 
 @router.get("/projects/{project}/runs", response_model=RunPage)

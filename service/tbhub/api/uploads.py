@@ -152,7 +152,7 @@ class FilesOut(BaseModel):
 def _target(request: Request, context: AppContext, project: str, run_id: int) -> UploadTarget:
     """Who may upload, into which run and within which limits: a short database visit."""
     with context.factory() as session:
-        caller = known_caller(get_optional_caller(request, context, session))
+        caller = known_caller(get_optional_caller(request, context))
         access = require_project(context.access, caller, project, Role.editor)
         run = get_run(session, project_id=access.project_id, run_id=run_id)
         if run.retention_state != RetentionState.present:

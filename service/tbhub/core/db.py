@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.resources import alembic_dir
@@ -33,10 +35,20 @@ def request_threads(api_workers: int = 1) -> int:
     return max(MIN_REQUEST_THREADS, -(-REQUEST_THREADS // api_workers))
 
 
-def make_engine(url: str, *, threads: int = REQUEST_THREADS, **pool: Any) -> Engine:
+# A connection given back less than this long ago is handed out again without a ping: it was
+# working a moment ago, and under load (connections back within milliseconds) a ping was one
+# more round trip per checkout, two per run registration. One idle longer is pinged first,
+# and replaced if the database restarted or dropped it meanwhile.
+PING_AFTER_IDLE = 1.0
+
+
+def make_engine(
+    url: str, *, threads: int = REQUEST_THREADS, ping_after_idle: float = PING_AFTER_IDLE,
+    **pool: Any,
+) -> Engine:  # fmt: skip
     """The engine for `url`, for a process with `threads` request threads; `pool` overrides
     the connection pool's options (tests)."""
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    kwargs: dict[str, Any] = {}
     if not _in_memory(url):
         # Kept open: one per thread; the overflow, closed when given back, the second.
         kwargs.update(pool_size=threads, max_overflow=threads * (CONNECTIONS_PER_REQUEST - 1))
@@ -46,7 +58,29 @@ def make_engine(url: str, *, threads: int = REQUEST_THREADS, **pool: Any) -> Eng
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
         event.listen(engine, "connect", _sqlite_pragmas)
+    if not kwargs.get("pool_pre_ping"):
+        _ping_when_idle(engine, ping_after_idle)
     return engine
+
+
+def _ping_when_idle(engine: Engine, idle: float) -> None:
+    """SQLAlchemy's pre-ping, for connections idle `idle` seconds or more only: a failed
+    ping makes the pool drop that connection and hand out another (DisconnectionError)."""
+
+    def given_back(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    def taken(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop("idle_since", None)
+        if since is None or time.monotonic() - since < idle:
+            return  # new, or back a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(f"a pooled connection is gone: {exc}") from exc
+
+    event.listen(engine.pool, "checkin", given_back)
+    event.listen(engine.pool, "checkout", taken)
 
 
 def _in_memory(url: str) -> bool:

@@ -13,12 +13,11 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, func, insert, or_, select
+from sqlalchemy import Select, Table, func, or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, lazyload, sessionmaker
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.db import transaction
 from tbhub.core.errors import InvalidInput, NotFound
@@ -37,6 +36,8 @@ from tbhub.domain.run_params import ParamFilter, new_param_rows, sync_params, wi
 from tbhub.storage.fsops import open_below
 from tbhub.storage.paths import open_project, project_path
 
+_RUNS, _TAGS, _PARAMS, _EVENTS = (cast(Table, model.__table__)
+                                   for model in (Run, RunTag, RunParam, RunEvent))  # fmt: skip
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+,@-]{0,99}")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=+/-]{0,63}")
 MAX_GROUP_DEPTH = 4
@@ -236,35 +237,38 @@ def _insert_run(
     now: datetime,
 ) -> Run:
     """The run's row, its tags, parameter rows, first status event and audit row, as a few
-    INSERTs in the caller's transaction: the run's one `INSERT ... RETURNING` gives the row
-    back (no re-read), the others carry no ORM unit of work (a registration's CPU was
-    mostly SQLAlchemy's flush bookkeeping)."""
-    run = session.scalars(
-        insert(Run).returning(Run).options(lazyload(Run.tag_rows)),  # set below, no SELECT
-        [{
-            "project_id": project_id, "path": path, "name": name,
-            "group": "/".join(group_parts) or None, "status": fields.status,
-            "source": RunSource.api, "hparams": fields.hparams, "metrics": {},
-            "git_commit": fields.git_commit, "git_branch": fields.git_branch,
-            "git_dirty": fields.git_dirty, "dataset_version": fields.dataset_version,
-            "command": fields.command, "host": fields.host, "notes": fields.notes,
-            "created_by": actor, "created_at": now, "updated_at": now,
-            "finished_at": now if fields.status in TERMINAL else None,
-        }],
-    ).one()  # fmt: skip
-    tag_rows = [RunTag(run_id=run.id, tag=t) for t in tags]
+    Core INSERTs on the caller's transaction's connection: only the new id comes back, and
+    the run answered is built from the values written (every column given, none left to a
+    default), with no ORM bulk insert, identity map or row loading (issue 19: most of a
+    registration's CPU was SQLAlchemy's bookkeeping around these statements)."""
+    values: dict[str, Any] = {
+        "project_id": project_id, "path": path, "name": name,
+        "group": "/".join(group_parts) or None, "status": fields.status,
+        "source": RunSource.api, "retention_state": RetentionState.present,
+        "trash_entry_id": None, "hparams": fields.hparams, "metrics": {},
+        "git_commit": fields.git_commit, "git_branch": fields.git_branch,
+        "git_dirty": fields.git_dirty, "dataset_version": fields.dataset_version,
+        "command": fields.command, "host": fields.host, "notes": fields.notes,
+        "created_by": actor, "created_at": now, "updated_at": now,
+        "finished_at": now if fields.status in TERMINAL else None,
+        "first_write": None, "last_write": None, "bytes": 0, "files": 0,
+        "hparams_file_error": None, "logged_hparams": None, "logged_metrics": None,
+    }  # fmt: skip
+    connection = session.connection()
+    row = {"group_name" if k == "group" else k: v for k, v in values.items()}  # its column
+    key = connection.execute(_RUNS.insert(), row).inserted_primary_key
+    assert key is not None  # a single-row INSERT always has one
+    run_id = int(key[0])
+    run = Run(id=run_id, **values, tag_rows=[RunTag(run_id=run_id, tag=t) for t in tags])
     if tags:
-        session.execute(insert(RunTag), [{"run_id": run.id, "tag": t} for t in tags])
-    set_committed_value(run, "tag_rows", tag_rows)
+        connection.execute(_TAGS.insert(), [{"run_id": run_id, "tag": t} for t in tags])
     params = new_param_rows(run)
     if params:
-        session.execute(insert(RunParam), params)
-    session.execute(
-        insert(RunEvent),
-        [{"run_id": run.id, "kind": "status", "value": fields.status.value, "actor": actor,
-          "at": now}],
-    )  # fmt: skip
-    audit.insert(session, actor=actor, action="run.create", target=f"{project}/{path}", id=run.id)
+        connection.execute(_PARAMS.insert(), params)
+    connection.execute(_EVENTS.insert(), {"run_id": run_id, "kind": "status",
+                                          "value": fields.status.value, "actor": actor,
+                                          "at": now})  # fmt: skip
+    audit.insert(session, actor=actor, action="run.create", target=f"{project}/{path}", id=run_id)
     return run
 
 

@@ -135,6 +135,18 @@ def _apply(
     return incident, incident
 
 
+def with_open(session: Session, *, run_ids: set[int], detector: str) -> set[int]:
+    """Which of these runs have an incident of `detector` open."""
+    if not run_ids:
+        return set()
+    query = select(Incident.run_id).where(
+        Incident.run_id.in_(run_ids),
+        Incident.detector == detector,
+        Incident.resolved_at.is_(None),
+    )
+    return set(session.scalars(query))
+
+
 def resolve_open(
     session: Session, *, run_id: int, detectors: tuple[str, ...], now: datetime, by: str = MONITOR
 ) -> int:

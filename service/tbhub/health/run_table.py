@@ -75,23 +75,37 @@ class RunTable:
         newer = status.where(RunEvent.id > self._cursor).limit(EVENTS_PER_PASS)
         raised = 0
         events = [*(session.scalars(late) if unseen else ()), *session.scalars(newer)]
-        runs = _runs_of(session, {event.run_id for event in events})
+        # A job array's registrations are hundreds of `running` events a pass, and almost
+        # none has a crashed incident to resolve: which have one is asked once, and only
+        # the runs of other events are loaded.
+        running = RunStatus.running.value
+        crashed = incidents.with_open(session, run_ids={e.run_id for e in events},
+                                      detector="crashed")  # fmt: skip
+        runs = _runs_of(session, {e.run_id for e in events if e.value != running})
         for event in events:
             if event.id in self._seen_events:
                 continue
             self._seen_events[event.id] = event.at
             self._cursor = max(self._cursor, event.id)
-            run = runs.get(event.run_id)
-            if run is not None:
-                raised += self._status_change(session, run, event, now)
+            if event.value == running:
+                self._resumed(session, event.run_id, now, crashed)
+            elif (run := runs.get(event.run_id)) is not None:
+                raised += self._status_change(session, run, event, now, crashed)
         self._seen_events = {i: at for i, at in self._seen_events.items() if at >= recent - LATE}
         return raised
 
-    def _status_change(self, session: Session, run: Run, event: RunEvent, now: datetime) -> int:
+    @staticmethod
+    def _resumed(session: Session, run_id: int, now: datetime, crashed: set[int]) -> None:
+        """A run running (again): its crashed incident, if open, is resolved."""
+        if run_id in crashed:
+            incidents.resolve_open(session, run_id=run_id, detectors=("crashed",), now=now)
+            crashed.discard(run_id)
+
+    def _status_change(
+        self, session: Session, run: Run, event: RunEvent, now: datetime, crashed: set[int]
+    ) -> int:
+        """`crashed`: the runs with a crashed incident open, kept current as this pass goes."""
         rules = self.rules(run.project_id, session)
-        if event.value == RunStatus.running.value:
-            incidents.resolve_open(session, run_id=run.id, detectors=("crashed",), now=now)
-            return 0
         if event.value not in ENDED:
             return 0
         incidents.resolve_open(
@@ -117,6 +131,8 @@ class RunTable:
         incident = incidents.record(
             session, run=run, detection=detection, now=now, resolved=detector == "finished"
         )
+        if detector == "crashed":
+            crashed.add(run.id)  # open now, whether new or counted on the one open before
         if incident is not None and event.value == RunStatus.killed.value:
             incident.severity = "warning"
         return int(incident is not None)

@@ -9,7 +9,7 @@ from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Path, Request, Response, Security
 from fastapi.security import APIKeyCookie, HTTPBearer
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, bindparam, event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.auth.board_origin import BoardOrigins
@@ -173,11 +173,17 @@ def current_user(session: Session, data: SessionData) -> User | None:
     )
 
 
-def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
-    """Read apart (read_alone), then attached to the request's session without a query, so
-    the route uses the user as its own row and the session takes no connection for it."""
+def signed_in_user(request: Request, context: AppContext) -> User | None:
+    """The user of the request's session cookie, if it is current, read apart
+    (read_alone): a row of no session."""
     data = signed_in_session(request, context)
-    user = read_alone(context, lambda own: current_user(own, data)) if data is not None else None
+    return read_alone(context, lambda own: current_user(own, data)) if data is not None else None
+
+
+def get_optional_user(request: Request, context: ContextDep, session: SessionDep) -> User | None:
+    """Read apart, then attached to the request's session without a query, so the route
+    uses the user as its own row and the session takes no connection for it."""
+    user = signed_in_user(request, context)
     return session.merge(user, load=False) if user is not None else None
 
 
@@ -237,34 +243,46 @@ cookie_scheme = APIKeyCookie(
 )
 
 
-def token_owner(context: AppContext, user_id: int) -> User | None:
-    """The token's user as the database has it now (the token cache may predate a delete or
-    disable), read apart from the request's session (read_alone)."""
-    return read_alone(context, lambda own: own.get(User, user_id))
+# One column of one row, on a connection of its own in autocommit (as read_alone), in Core:
+# no ORM session, identity map or User object for what is a yes or no on every request.
+_OWNER_DISABLED = select(User.disabled).where(User.id == bindparam("user_id"))
+
+
+def token_owner_enabled(context: AppContext, user_id: int) -> bool:
+    """Whether the token's user exists and is enabled, as the database has it now. The
+    token cache already drops its grants when a process of this server, the admin CLI or
+    another replica (NOTIFY) deletes or disables a user; this one cheap read also refuses
+    at once what reached no cache: a change made by a command whose bump failed (a data
+    dir it may not write), by hand in the database, or announced to a replica whose
+    listener was reconnecting."""
+    with context.engine.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        disabled = connection.execute(_OWNER_DISABLED, {"user_id": user_id}).scalar()
+    return disabled is False
 
 
 def get_optional_caller(
     request: Request,
     context: ContextDep,
-    session: SessionDep,
     _bearer: Annotated[object, Security(bearer_scheme)] = None,
     _cookie: Annotated[object, Security(cookie_scheme)] = None,
 ) -> Caller | None:
     """A bearer header wins over a cookie; a bad token is refused rather than falling back
-    to the cookie (fail closed). A token is never accepted in the URL."""
+    to the cookie (fail closed). A token is never accepted in the URL. No request session:
+    a route that needs none (run registration) then costs no threadpool hops to open and
+    close one (each hop costs more than the dependency itself)."""
     refuse_token_in_url(request.query_params)
     token = bearer_token(request.headers.get("authorization"))
     if token is not None:
         grant = context.tokens.lookup(token)
-        owner = token_owner(context, grant.user_id)
-        if owner is None or owner.disabled:
+        if not token_owner_enabled(context, grant.user_id):
             raise NotAuthenticated(
                 f"the account {grant.user_name} was deleted or disabled, and its tokens with "
                 f"it; {MINT_HINT}"
             )
         note_request(user=grant.user_name, user_id=grant.user_id)
         return Caller(user_id=grant.user_id, name=grant.user_name, is_admin=False, grant=grant)
-    user = get_optional_user(request, context, session)
+    user = signed_in_user(request, context)
     if user is None:
         return None
     note_request(user=user.name, user_id=user.id)
