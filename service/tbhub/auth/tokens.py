@@ -108,8 +108,9 @@ def load_grant(session: Session, token_hash: str) -> TokenGrant | None:
 
 class TokenCache:
     """token hash -> TokenGrant for `ttl` seconds, so a job's requests do not each query the
-    token. A revocation in any process of this server clears it at once (`generation`);
-    in another replica, through its NOTIFY, or within `ttl` (the admin CLI). Last use is
+    token. A revocation in any process of this server or by the admin CLI clears it at
+    once (`generation`), in another replica through its NOTIFY; `ttl` bounds a change
+    no notice reached (a notification lost while a listener reconnects). Last use is
     noted in memory and written in batches, at most every `flush_every` seconds, never once
     per request."""
 
