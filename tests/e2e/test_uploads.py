@@ -492,6 +492,37 @@ def test_small_files_go_in_a_few_batch_requests_and_arrive_whole(
     assert all(listed[rel]["offset"] == len(data) for rel, data in files.items())
 
 
+def test_the_largest_files_go_first_and_the_small_batches_after_them(
+    site: Site, tmp_path: Path
+) -> None:
+    """A file's chunks go one after another, so the biggest one starts first: it would
+    otherwise end the pass alone while the other threads had nothing left to do."""
+    local = tmp_path / "local"
+    sizes = {"a-small.bin": 300 << 10, "b-biggest.bin": 900 << 10, "c-medium.bin": 600 << 10}
+    for name, size in sizes.items():
+        (local / "ckpt").mkdir(parents=True, exist_ok=True)
+        (local / "ckpt" / name).write_bytes(os.urandom(size))
+    small_tree(local / "samples", 20)
+    run = site.new_run("vision", "largest-first")
+    sent: list[tuple[str, str]] = []
+    with site.server.token_client(site.token) as client:
+        client.event_hooks["request"] = [
+            lambda request: sent.append((request.method, request.url.path.rsplit("/", 1)[-1]))
+        ]
+        uploader = Uploader(client, str(run["upload_url"]), local, chunk_bytes=256 << 10,
+                            parallel=1)  # fmt: skip
+        uploader.sync(final=True)
+    firsts = [name for method, name in sent if method == "PATCH"]
+    firsts = sorted(set(firsts), key=firsts.index)
+    assert firsts == ["b-biggest.bin", "c-medium.bin", "a-small.bin"], sent
+    posts = [i for i, (method, _) in enumerate(sent) if method == "POST"]
+    patches = [i for i, (method, _) in enumerate(sent) if method == "PATCH"]
+    assert posts and min(posts) > max(patches), "the small files' batches after the big files"
+    stored = site.server.storage / "vision" / str(run["path"])
+    for name in sizes:
+        assert (stored / "ckpt" / name).read_bytes() == (local / "ckpt" / name).read_bytes()
+
+
 def test_a_batch_that_fails_its_digest_or_holds_a_bad_member_writes_nothing(
     site: Site, tmp_path: Path
 ) -> None:

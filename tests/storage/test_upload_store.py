@@ -202,8 +202,10 @@ def test_a_full_disk_keeps_nothing_of_the_chunk(tiny_run_fd: tuple[int, Path]) -
 def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every file's bytes are fdatasynced before its rename; the names renamed into a
-    directory are fsynced once, after the last rename into it and before the batch answers."""
+    """Every file's bytes are fdatasynced before its rename, the files of a group written
+    together before the first of those syncs (one journal commit carries them all); the
+    names renamed into a directory are fsynced once, after the last rename into it and
+    before the batch answers."""
     import hashlib
     import stat
 
@@ -217,6 +219,11 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
     body = pack_batch(files)
     events: list[tuple[str, object]] = []
     real_fsync, real_fdatasync, real_rename = os.fsync, os.fdatasync, os.rename
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        events.append(("pwrite", os.fstat(fd).st_ino))
+        return real_pwrite(fd, data, offset)
 
     def fsync(fd: int) -> None:
         st = os.fstat(fd)
@@ -229,9 +236,11 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
 
     def rename(src: str, dst: str, **kwargs: int) -> None:
         st = os.fstat(kwargs["dst_dir_fd"])
-        events.append(("rename", (st.st_ino, os.fstat(kwargs["src_dir_fd"]).st_ino, dst)))
+        moved = os.stat(src, dir_fd=kwargs["src_dir_fd"], follow_symlinks=False).st_ino
+        events.append(("rename", (st.st_ino, os.fstat(kwargs["src_dir_fd"]).st_ino, moved)))
         real_rename(src, dst, **kwargs)
 
+    monkeypatch.setattr(os, "pwrite", pwrite)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "rename", rename)
@@ -251,7 +260,10 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
         assert into, directory
         assert [i for i in syncs if i > max(into)] == syncs[-1:], "synced once after renames"
         assert len([i for i in syncs if i > min(into)]) == 1, "not once a file"
-    datasyncs = sum(1 for kind, _ in events if kind == "fdatasync")
-    assert datasyncs == len(files), "every file's bytes on disk before its rename"
+    datasyncs = [i for i, (kind, _) in enumerate(events) if kind == "fdatasync"]
+    assert len(datasyncs) == len(files), "every file's bytes on disk before its rename"
     for i in renames:  # each rename follows that file's own fdatasync
-        assert any(kind == "fdatasync" for kind, _ in events[max(0, i - 1) : i])
+        moved = events[i][1][2]  # type: ignore[index]
+        assert ("fdatasync", moved) in events[:i]
+    writes = [i for i, (kind, _) in enumerate(events) if kind == "pwrite"]
+    assert len(writes) == len(files) and max(writes) < min(datasyncs), "written, then synced"

@@ -146,9 +146,13 @@ class Uploader:
                     self.on_progress(done, todo)
 
             small, large = self._batches(plan)
+            # The largest files first: a file's chunks go one after another, so a big file
+            # started last would end the pass alone while the other threads wait.
+            remote = self._remote
+            large.sort(key=lambda item: item[1] - remote[item[0].rel].offset, reverse=True)
             with ThreadPoolExecutor(self.parallel, thread_name_prefix="tbhub-upload") as pool:
-                futures = [pool.submit(self._send_batch, batch, sent) for batch in small]
-                futures += [pool.submit(self._send_file, *item, sent) for item in large]
+                futures = [pool.submit(self._send_file, *item, sent) for item in large]
+                futures += [pool.submit(self._send_batch, batch, sent) for batch in small]
                 for future in futures:
                     future.result()  # the first failure, after every file had its go
             self.total.add(report)

@@ -118,25 +118,25 @@ Chunk = tuple[list[str], int, bytes, bool]  # path parts, offset, bytes, ends th
 
 
 def _write(target: UploadTarget, chunks: list[Chunk]) -> list[FileState]:
-    """Each chunk written in order into the run, its bytes durable before the next. The names
-    finished files were renamed to are made durable once per directory at the end (on a
-    failure too, for the files before it): a batch of small files costs one directory fsync,
-    not one a file."""
+    """Each chunk written in order into the run. The whole files among them are made
+    durable together (uploads.Finishing: written, then synced, then renamed, a group at a
+    time; the directories fsynced once at the end), and on a failure too, for the files
+    before it: a batch of small files costs a few journal commits, not one or two a file."""
     states = []
-    renamed: set[tuple[str, ...]] = set()
     with target.run_dir(create=True) as run_fd:
         assert run_fd is not None
         with uploads.OpenDirs(run_fd) as dirs:  # each directory walked once a request
+            finishing = uploads.Finishing(dirs)
             try:
                 for parts, offset, data, complete in chunks:
                     before = uploads.file_state(run_fd, parts, dirs=dirs).offset
                     state = uploads.append_chunk(
                         run_fd, parts, offset=offset, data=data, complete=complete,
-                        room=target.room(), renamed=renamed, dirs=dirs,
+                        room=target.room(), finishing=finishing, dirs=dirs,
                     )  # fmt: skip
                     wrote = max(0, state.offset - before)
                     target.usage.wrote(target.project, target.run_path, wrote)
                     states.append(state)
             finally:
-                uploads.sync_directories(dirs, renamed)
+                finishing.finish()
     return states

@@ -3,6 +3,7 @@ opening a file locked under its name, all-or-nothing durable writes, and reading
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -63,16 +64,18 @@ def open_locked(dir_fd: int, name: str, path: str, *, create: bool) -> int | Non
         os.close(fd)  # renamed or removed while we waited: open what the name is now
 
 
-def write_durably(fd: int, data: bytes | memoryview, offset: int) -> None:
-    """`data` at `offset`, on disk before this returns; on failure the file is cut back to
-    `offset`, so nothing of it stays."""
+def write_durably(fd: int, data: bytes | memoryview, offset: int, *, sync: bool = True) -> None:
+    """`data` at `offset`, on disk before this returns (unless not `sync`: then the caller
+    fdatasyncs it before it answers); on failure the file is cut back to `offset`, so
+    nothing of it stays."""
+    view = memoryview(data)
     try:
-        view = memoryview(data)
         while view:
             written = os.pwrite(fd, view, offset)
             view = view[written:]
             offset += written
-        os.fdatasync(fd)  # durable before the 2xx; the size comes with the data
+        if sync:
+            os.fdatasync(fd)  # durable before the 2xx; the size comes with the data
     except OSError as exc:
         os.ftruncate(fd, offset - (len(data) - len(view)))
         if exc.errno in FULL_DISK:
@@ -81,6 +84,29 @@ def write_durably(fd: int, data: bytes | memoryview, offset: int) -> None:
                 "an operator, then resume the upload"
             ) from None
         raise
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing the file's dirty pages out, without waiting: the
+    fdatasync that follows then has less to wait for, and the files of a batch started
+    together reach the disk in one journal commit instead of one each (Linux; elsewhere
+    nothing happens here and each fdatasync does all the work)."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function  # type: ignore[no-any-return]
+
+
+SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range = _libc_sync_file_range()
 
 
 def read_at(fd: int, size: int, offset: int) -> bytes:
