@@ -6,7 +6,7 @@ fetch of TensorBoard's page, and whether V8's code cache served its big script."
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -67,13 +67,19 @@ def _end(page: Page, session: CDPSession) -> list[dict[str, Any]]:
         page.wait_for_timeout(50)
     if not done:
         raise RuntimeError("Chromium did not hand over its trace")
+    return read_trace(session.send, done[0])
+
+
+def read_trace(send: Callable[[str, dict[str, Any]], Any], handle: str) -> list[dict[str, Any]]:
+    """The events of a trace Chromium handed over as the stream `handle`, read through a
+    DevTools `send(method, params)`."""
     chunks = []
     while True:
-        read = session.send("IO.read", {"handle": done[0]})
+        read = send("IO.read", {"handle": handle})
         chunks.append(read["data"])
         if read.get("eof"):
             break
-    session.send("IO.close", {"handle": done[0]})
+    send("IO.close", {"handle": handle})
     trace = json.loads("".join(chunks))
     return list(trace["traceEvents"] if isinstance(trace, dict) else trace)
 

@@ -17,20 +17,30 @@ and in a returning one (a profile on disk per target):
 
 Targets (issue 19): warm <= 0.8x bare in a fresh profile, <= 0.5x bare in a returning one.
 
-    .venv/bin/python bench/first_chart_tab.py [--runs 5] [--warmup 1] [--dwell 0] [--json]
+With `--breakdown`, one more visit of each warm and bare kind runs under Chromium's tracing
+(of the whole browser: the prerendered page's renderer too; bench/_tab_trace.py) and
+reports its steps in ms from the click, negative for what a prerender did before it: the
+document, index.js asked and received, the data requests before `timeSeries`, `timeSeries`,
+the chart; and index.js's compile and evaluation and whether V8's code cache served it.
+
+    .venv/bin/python bench/first_chart_tab.py [--runs 5] [--warmup 1] [--dwell 0]
+        [--breakdown] [--json]
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from _places import PROJECT
 from _processes import temp_dir
 from _reports import arguments, emit_report, measure_rounds, medians
 from _tab_cdp import Browser, CdpError, Tab
+from _tab_trace import breakdown, browser_traced
 from _tbhub import Tbhub
 from first_chart import (
     ACTIVATION,
@@ -57,6 +67,7 @@ class Sample:
     index: int
     seconds: float
     prerendered: bool
+    breakdown: dict[str, Any] = field(default_factory=dict)
 
 
 def chart_seconds(tab: Tab, started_ms: float, board_path: str) -> tuple[float, bool]:
@@ -76,27 +87,42 @@ def chart_seconds(tab: Tab, started_ms: float, board_path: str) -> tuple[float, 
     raise TimeoutError("the first chart did not show its data")
 
 
+@contextlib.contextmanager
+def maybe_traced(browser: Browser, trace: bool) -> Iterator[list[dict[str, Any]]]:
+    if not trace:
+        yield []
+        return
+    with browser_traced(browser) as events:
+        yield events
+
+
 def visit_tbhub(browser: Browser, hub: Tbhub, cookie: str, *, incognito: bool,
-                prerender: bool) -> Sample:  # fmt: skip
+                prerender: bool, trace: bool = False) -> Sample:  # fmt: skip
     tab = browser.new_tab(incognito=incognito, cookies=cookies(hub, cookie))
     try:
-        tab.navigate(f"{hub.base_url}/projects/{PROJECT}")
-        time.sleep(DWELL_S)
-        started_ms = time.time() * 1000
-        tab.evaluate(f"{LINK}.click()" if prerender else f"location.href = {LINK}.href + '?nr'")
-        seconds, prerendered = chart_seconds(tab, started_ms, f"/boards/{PROJECT}/")
-        return Sample("", 0, seconds, prerendered)
+        # Traced from before the project page: its prerender starts while it loads.
+        with maybe_traced(browser, trace) as events:
+            tab.navigate(f"{hub.base_url}/projects/{PROJECT}")
+            time.sleep(DWELL_S)
+            started_ms = time.time() * 1000
+            tab.evaluate(f"{LINK}.click()" if prerender
+                         else f"location.href = {LINK}.href + '?nr'")  # fmt: skip
+            seconds, prerendered = chart_seconds(tab, started_ms, f"/boards/{PROJECT}/")
+        steps = breakdown(tab, started_ms, seconds, events) if trace else {}
+        return Sample("", 0, seconds, prerendered, steps)
     finally:
         tab.close()
 
 
-def visit_bare(browser: Browser, url: str, *, incognito: bool) -> Sample:
+def visit_bare(browser: Browser, url: str, *, incognito: bool, trace: bool = False) -> Sample:
     tab = browser.new_tab(incognito=incognito, cookies=[])
     try:
-        started_ms = time.time() * 1000
-        tab.send("Page.navigate", {"url": url}, session=tab.shown_page())
-        seconds, prerendered = chart_seconds(tab, started_ms, "/")
-        return Sample("", 0, seconds, prerendered)
+        with maybe_traced(browser, trace) as events:
+            started_ms = time.time() * 1000
+            tab.send("Page.navigate", {"url": url}, session=tab.shown_page())
+            seconds, prerendered = chart_seconds(tab, started_ms, "/")
+        steps = breakdown(tab, started_ms, seconds, events) if trace else {}
+        return Sample("", 0, seconds, prerendered, steps)
     finally:
         tab.close()
 
@@ -105,7 +131,8 @@ def cookies(hub: Tbhub, cookie: str) -> list[dict[str, str]]:
     return [{"name": "tbhub_session", "value": cookie, "url": hub.base_url}]
 
 
-def run(repeats: int, warmup: int) -> list[Sample]:
+def run(repeats: int, warmup: int, *, trace: bool = False) -> tuple[list[Sample], list[Sample]]:
+    """The measured samples, and those of the traced round (with --breakdown)."""
     with temp_dir("tbhub-bench-first-chart-tab.") as work:
         storage, bare, bare_url = sample_and_bare(work)
         hub = Tbhub(root=work / "tbhub", storage_root=storage)
@@ -147,9 +174,42 @@ def run(repeats: int, warmup: int) -> list[Sample]:
                         out.append(sample)
                     return out
 
-                return measure_rounds(repeats, max(warmup, 1), one_round,
-                                      lambda s: f"{s.kind} {s.seconds:.2f}s"
-                                      f"{' prerendered' if s.prerendered else ''}")  # fmt: skip
+                samples = measure_rounds(repeats, max(warmup, 1), one_round,
+                                         lambda s: f"{s.kind} {s.seconds:.2f}s"
+                                         f"{' prerendered' if s.prerendered else ''}")  # fmt: skip
+                traced = []
+                if trace:
+                    for kind, visit in (
+                        (
+                            "warm_returning",
+                            lambda: visit_tbhub(
+                                tbhub_profile,
+                                hub,
+                                cookie,
+                                incognito=False,
+                                prerender=True,
+                                trace=True,
+                            ),
+                        ),
+                        (
+                            "bare_returning",
+                            lambda: visit_bare(bare_profile, bare_url, incognito=False, trace=True),
+                        ),
+                        (
+                            "warm_fresh",
+                            lambda: visit_tbhub(
+                                fresh, hub, cookie, incognito=True, prerender=True, trace=True
+                            ),
+                        ),
+                        (
+                            "bare_fresh",
+                            lambda: visit_bare(fresh, bare_url, incognito=True, trace=True),
+                        ),
+                    ):
+                        sample = visit()
+                        sample.kind = kind
+                        traced.append(sample)
+                return samples, traced
         finally:
             for made in browsers:
                 made.close()
@@ -159,6 +219,11 @@ def run(repeats: int, warmup: int) -> list[Sample]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = arguments(__doc__, runs=5, warmup=1)
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="one more visit of each warm and bare kind under Chromium's tracing: its steps",
+    )
+    parser.add_argument(
         "--dwell",
         type=float,
         default=0.0,
@@ -167,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     global DWELL_S
     DWELL_S = args.dwell
-    samples = run(args.runs, args.warmup)
+    samples, traced = run(args.runs, args.warmup, trace=args.breakdown)
     median_s = medians(samples, KINDS, lambda s: s.seconds)
     ratios = {f"{a}/{b}": round(median_s[a] / median_s[b], 2) for a, b, _ in TARGETS}
     before = {f"warm_noprerender_{p}/bare_{p}": round(median_s[f"warm_noprerender_{p}"]
@@ -187,10 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(f"{k} {n}/{args.runs}" for k, n in prerendered.items())
         + f"; dwell {args.dwell:g}s"
     )  # fmt: skip
+    steps = {s.kind: s.breakdown for s in traced}
     if args.json:
         emit_report("first_chart_tab", data=DATA, samples=samples, median_s=median_s,
-                    n=args.runs, ratios=ratios, before=before, summary=summary)  # fmt: skip
+                    n=args.runs, ratios=ratios, before=before, summary=summary,
+                    breakdown=steps)  # fmt: skip
         return 0
+    for kind, values in steps.items():
+        print(f"{kind:>15} " + " ".join(f"{name}={value}" for name, value in values.items()))
     print(summary)
     return 0
 

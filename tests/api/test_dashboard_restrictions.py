@@ -140,3 +140,29 @@ def test_the_hook_refuses_a_restricted_route_to_the_audience_only(team: Team) ->
            for who in ("alice", "bob", "carol", "root", "bob-read")}  # fmt: skip
     assert got == {"alice": (200, 200, 200), "bob": (200, 200, 200), "carol": (403, 403, 200),
                    "root": (200, 200, 200), "bob-read": (200, 200, 200)}  # fmt: skip
+
+
+def test_the_hook_says_its_answer_holds_for_the_whole_board_only_when_nothing_is_kept(
+    team: Team,
+) -> None:
+    """X-Board-Scope: board lets nginx admit the board's other routes on one answer for the
+    same caller; a caller kept from a dashboard gets an answer for the route judged only."""
+
+    def scopes(uri: str) -> dict[str, str | None]:
+        answers = {
+            who: team.client.get(
+                "/_auth/board", headers={**team.headers(who), "X-Tbhub-Original-Uri": uri}
+            )
+            for who in ("alice", "carol")
+        }
+        assert {who: a.status_code for who, a in answers.items()} == {"alice": 200, "carol": 200}
+        return {who: a.headers.get("X-Board-Scope") for who, a in answers.items()}  # fmt: skip
+
+    kept = "/boards/vision/data/plugin/scalars/tags"
+    assert scopes(kept) == {"alice": "board", "carol": "board"}
+    change = {"restricted_dashboards": ["histograms"], "restricted_audience": "viewers"}
+    assert team.client.put(SETTINGS, json=change, headers=team.headers("alice")).status_code == 200
+    # carol views vision: the histograms routes are refused her, so no answer of hers may
+    # stand for them; alice owns it and is kept from nothing.
+    assert scopes(kept) == {"alice": "board", "carol": None}
+    assert scopes("/boards/vision/") == {"alice": "board", "carol": None}

@@ -4,14 +4,17 @@ page loads without a 404 or a console error."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Response
 
 from tbhub.storage.sample_logs import write_project
-from tests.e2e.harness import TbhubServer
+from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import board_row
+from tests.e2e.test_boards import wait_for_board
 from tests.e2e.test_supervisor_restart import started_server
 from tests.scripts import write_script
 
@@ -183,5 +186,45 @@ def test_the_project_pages_prerender_rules_reach_chromium_past_its_csp(
         assert "errorType" not in rule_sets[0], rule_sets[0]
         assert '"urls": ["/boards/vision/"]' in str(rule_sets[0]["sourceText"])
         assert not [e for e in errors if "Content Security Policy" in e], errors
+    finally:
+        context.close()
+
+
+def hook_calls(server: TbhubServer) -> int:
+    """The auth hook's answers so far, from the control plane's JSON access lines."""
+    lines = (json.loads(line) for line in server.log().splitlines() if line.startswith("{"))
+    return sum(line.get("logger") == "tbhub.access" and line.get("route") == "/_auth/board"
+               for line in lines)  # fmt: skip
+
+
+def test_a_board_pages_requests_are_let_in_on_the_hooks_first_answer(
+    make_server: Callable[..., TbhubServer], browser: Browser
+) -> None:
+    """A board page asks for its script, data, fonts and icons at twenty-odd URIs. nginx
+    asks the auth hook for the first (the page) and lets the others in on that answer, which
+    holds for the whole board for a caller kept from no dashboard (X-Board-Scope): one
+    control-plane round trip per page, not one per URI, while the answer is kept (5 s)."""
+    server = make_server(log_format="json").start_with_alice(runs=2)
+    wait_for_board(server.sign_in("alice", "alice-password"), "vision")
+    if "tbhub_gate" not in (server.data_dir / "nginx" / "nginx.conf").read_text():
+        pytest.skip("nginx without the Lua module keys proxy_cache on each URI")
+    context = signed_in(browser, server)  # a new session: nginx holds no answer for it yet
+    try:
+        page = context.new_page()
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url)
+                if "/boards/vision/" in request.url else None)  # fmt: skip
+        before = hook_calls(server)
+        started = time.monotonic()
+        page.goto(f"{server.base_url}/boards/vision/")
+        page.wait_for_selector("text=run-01", timeout=30_000)
+        page.wait_for_load_state("networkidle")
+        took = time.monotonic() - started
+        # The access line of the page's own hook call is written before its answer.
+        calls = wait_until(lambda: hook_calls(server) - before or None, timeout=10,
+                           what="the hook's access line")  # fmt: skip
+        assert len(set(asked)) >= 10, asked
+        # One answer, and one more each time a kept answer runs out while the page loads.
+        assert calls <= 1 + int(took // 5), (calls, took, sorted(set(asked)))
     finally:
         context.close()

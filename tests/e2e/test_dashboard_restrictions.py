@@ -272,8 +272,11 @@ def board(make_server: Callable[..., TbhubServer]) -> Iterator[Board]:
 
 
 def ask(client: httpx.Client, probe: Probe, phase: str, extra: dict[str, str]) -> httpx.Response:
-    # Each phase asks with its own marker: nginx keeps a "let in" for a few seconds per
-    # exact URI, and the phases change the answer (test_a_change_shows_... waits instead).
+    # Each phase asks with its own marker, in the URI and in a cookie: nginx keeps a "let in"
+    # for a few seconds per exact URI, and one for a caller kept from no dashboard per
+    # Cookie header for the whole board; the phases change the answer
+    # (test_a_change_shows_... waits instead).
+    client.cookies.set("tbhub_phase", phase, domain=client.base_url.host, path="/")
     url = f"/boards/vision{probe.path}"
     params = {**probe.query, **extra, "tbhub_phase": phase}
     if probe.form is not None:

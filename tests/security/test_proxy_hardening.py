@@ -57,6 +57,13 @@ def test_the_auth_cache_key_holds_exactly_the_headers_the_hook_judges(
     # nginx's lower-cased, port-less reading of the request line or Host); the whole raw URI
     # too, since a restricted dashboard's routes are refused where others are not.
     assert cache_key_variables(text) == {*sent.values(), "$auth_board_project"}
+    if lua:
+        # An answer the hook says holds for the whole board is also kept without the URI,
+        # on the same headers otherwise.
+        keys = re.findall(r"table\.concat\(\{(.*?)\}, \"\|\"\)", text, re.S)
+        board = {f"${name}" for name in re.findall(r"var\.(\w+)", keys[1])}
+        assert board == cache_key_variables(text) - {"$request_uri"}
+        assert '"*"' in keys[1]
 
 
 def test_only_the_control_plane_gets_the_hop_key(tmp_path: Path) -> None:

@@ -51,6 +51,12 @@ BOARD_PATH = re.compile(BOARD_PATH_REGEX)
 UNSAFE_BOARD_PATH_REGEX = r"^[^?]*(?:/\.\.?(?:[/?]|$)|//|%2e|%2f|%5c|%00|\\)"
 UNSAFE_BOARD_PATH = re.compile(UNSAFE_BOARD_PATH_REGEX, re.IGNORECASE)
 ORIGINAL_URI = "x-tbhub-original-uri"
+# A "let in" answer that holds for every route of the board for the same caller (Host,
+# Cookie, Authorization), not only for the URI judged: the caller is kept from no dashboard
+# there. nginx's gate keeps it under a key without the URI too, so a page's first request
+# lets its next ones (data, fonts, icons) in without a hook call each.
+SCOPE_HEADER = "X-Board-Scope"
+BOARD_SCOPE = "board"
 
 
 class Verdict(enum.Enum):
@@ -252,6 +258,10 @@ def auth_board(request: Request, context: ContextDep) -> Response:
         headers = {"X-Board-Upstream": str(upstream), "X-Accel-Expires": str(cache)}
     else:
         headers = {"X-Board-Upstream": context.settings.api_address, "X-Accel-Expires": "0"}
+    if not denied:
+        # Nothing kept from this caller: the same answer for every route of the board, so
+        # nginx may let the board's other requests in on it while it keeps it (SCOPE_HEADER).
+        headers[SCOPE_HEADER] = BOARD_SCOPE
     return Response(status_code=200, headers=headers)
 
 

@@ -32,6 +32,7 @@ from tbhub.http.security_headers import COMMON as COMMON_HEADERS
 # nginx clears each of them on the way to an upstream, whatever the client sent.
 IDENTITY_HEADERS = (
     "X-Board-Upstream",
+    "X-Board-Scope",
     "X-Board-Project",
     "X-Board-User",
     "X-Tbhub-Original-Uri",
