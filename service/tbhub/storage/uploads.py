@@ -194,6 +194,8 @@ def append_chunk(
     is given and this chunk finishes a non-event file: then the file is handed to it,
     written but neither synced nor renamed, and is whole under its name, durably, once the
     caller has called `finishing.finish()` (a batch of many small files: see Finishing)."""
+    if finishing is not None:
+        dirs = finishing.dirs  # it renames in the directories these hold open
     with _parent(run_fd, parts, create=True, dirs=dirs) as dir_fd:
         assert dir_fd is not None
         name = parts[-1]
@@ -207,9 +209,9 @@ def append_chunk(
 
 @dataclass
 class _Written:
-    """A whole file written under its partial name, still open and locked, to be renamed."""
+    """A whole file written under its partial name, still open and locked, to be renamed in
+    its directory (`parents`, kept open by Finishing's OpenDirs)."""
 
-    dir_fd: int
     parents: tuple[str, ...]
     fd: int
     partial: str
@@ -246,7 +248,9 @@ class Finishing:
             for item in written:
                 os.fdatasync(item.fd)
             for item in written:
-                os.rename(item.partial, item.name, src_dir_fd=item.dir_fd, dst_dir_fd=item.dir_fd)
+                dir_fd = self.dirs.get(item.parents, create=False)
+                assert dir_fd is not None  # opened by the request's OpenDirs, held open
+                os.rename(item.partial, item.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
                 self._renamed.add(item.parents)
         finally:
             for item in written:
@@ -322,7 +326,7 @@ def _append_file(
         if is_dir(dir_fd, name):
             raise UnsafePath(f"{path} is a directory in the run; choose another file name")
         if finishing is not None:  # it syncs the bytes, then renames: the fd goes with it
-            finishing.add(_Written(dir_fd, parents, fd, partial, name))
+            finishing.add(_Written(parents, fd, partial, name))
             fd = -1
             return FileState(path, size, True, "file")
         # No fsync of the file here: every byte of it went through write_durably already.

@@ -30,7 +30,7 @@ def probe_ready(instance: Instance, client: httpx.Client, timeout: float | None 
         return False
     url = f"http://{instance.upstream}{board_prefix(instance.project)}/data/environment"
     try:
-        response = client.get(url) if timeout is None else client.get(url, timeout=timeout)
+        response = client.get(url, timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout)
     except httpx.HTTPError:
         return False
     return response.status_code == 200
