@@ -16,6 +16,10 @@ import os
 import socket
 
 FIRST, LAST = 10_000, 32_000  # below the kernel's ephemeral range
+# Ports Chromium refuses to load a page from (net::ERR_UNSAFE_PORT), those above 1023 of its
+# restricted list: a browser test's server must never be given one.
+BROWSER_UNSAFE = frozenset({1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
+                            *range(6665, 6670), 6679, 6697, 10080})  # fmt: skip
 
 
 def _bounds() -> tuple[int, int]:
@@ -41,6 +45,8 @@ def free_port() -> int:
     """A loopback port of this worker's slice that nothing listens on now."""
     for _ in range(len(_SLICE)):
         port = next(_candidates)
+        if port in BROWSER_UNSAFE:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
