@@ -13,10 +13,8 @@ of the config `tbhub serve` rendered with one part taken out or replaced:
   authentication at all);
 - fixed-upstream: the Lua gate kept, the Lua balancer replaced by a static upstream with
   keep-alive to the board's address;
-- micro-cache: tbhub's config plus a 1 s `proxy_cache` of the board's 200 answers, keyed
-  on the hook's upstream and the raw URI, placed after the gate (what a response cache
-  would buy; not safe as it is: a board stopped or restarted within the second is not
-  seen, see docs/threat-model.md);
+- no-answer-cache: without nginx's second-long cache of the board's answers
+  (TBHUB_BOARD_ANSWER_CACHE_SECONDS), every request to the board (what that cache buys);
 - bare: one worker, a static upstream with keep-alive, no auth, no log, no header added.
 
 The copies are for measuring only: some let anyone in. They listen on 127.0.0.1 and are
@@ -122,21 +120,8 @@ def fixed_upstream(conf: str, upstream: str, work: Path) -> str:
     return replaced(r"upstream tbhub_control_plane \{", pool, conf, count=1)
 
 
-def micro_cache(conf: str, upstream: str, work: Path) -> str:
-    cache = (
-        "proxy_pass http://$board_pool;\n"
-        "            proxy_cache bench_answers;\n"
-        '            proxy_cache_key "$board_upstream|$request_uri";\n'
-        "            proxy_cache_valid 200 1s;\n"
-        "            proxy_cache_lock on;\n"
-        "            proxy_ignore_headers Cache-Control Expires X-Accel-Expires;"
-    )
-    conf = replaced(r"proxy_pass http://\$board_pool;", cache, conf)
-    zone = (
-        f"proxy_cache_path {work}/answers levels=1:2 keys_zone=bench_answers:1m max_size=16m"
-        " inactive=10s use_temp_path=off;\n    upstream tbhub_control_plane {"
-    )
-    return replaced(r"upstream tbhub_control_plane \{", zone, conf, count=1)
+def no_answer_cache(conf: str, upstream: str, work: Path) -> str:
+    return replaced(r"\n\s*proxy_cache \$board_answer_zone;", "", conf)
 
 
 PARTS: dict[str, Callable[[str, str, Path], str]] = {
@@ -145,7 +130,7 @@ PARTS: dict[str, Callable[[str, str, Path], str]] = {
     "no-added-headers": no_added_headers,
     "fixed-gate": fixed_gate,
     "fixed-upstream": fixed_upstream,
-    "micro-cache": micro_cache,
+    "no-answer-cache": no_answer_cache,
 }
 BARE_NAME = "bare"
 
@@ -157,6 +142,8 @@ def copy_config(name: str, conf: str, upstream: str, work: Path, listen: str) ->
     text = PARTS[name](conf, upstream, work)
     text = replaced(r"listen [0-9.]+:\d+;", f"listen {listen};", text)
     text = replaced(r"\npid [^;]*;", f"\npid {work}/nginx.pid;", text)
+    # Its own cache of board answers, if the config keeps them: one directory per master.
+    text = re.sub(r"proxy_cache_path \S+", f"proxy_cache_path {work}/answers", text)
     text = replaced(r"error_log [^;]*;", f"error_log {work}/error.log warn;", text)
     return re.sub(r"access_log /\S+", f"access_log {work}/access.log", text)
 

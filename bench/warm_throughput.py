@@ -75,9 +75,13 @@ class WrkResult:
                 for name, seconds in (self.cpu_s or {}).items()}  # fmt: skip
 
 
-def wrk(url: str, cookie: str, duration: int, work: Path, label: str) -> WrkReport:
+DISTINCT_URLS = Path(__file__).with_name("distinct_urls.lua")
+
+
+def wrk(url: str, cookie: str, duration: int, work: Path, label: str, distinct: bool) -> WrkReport:
+    options = ["-s", str(DISTINCT_URLS)] if distinct else []
     return run_wrk(url, threads=THREADS, connections=CONNECTIONS, duration=duration,
-                   log_path=work / f"wrk-{label}.log",
+                   log_path=work / f"wrk-{label}.log", options=options,
                    headers={"Cookie": f"tbhub_session={cookie}"})  # fmt: skip
 
 
@@ -125,16 +129,18 @@ def check_same_answer(direct_url: str, nginx_url: str, cookie: str) -> None:
 
 
 def measure(
-    repeats: int, duration: int, warmup: int, tbhub_bin: str, backend: str, upstream: str
-) -> tuple[list[WrkResult], dict[str, str]]:
+    repeats: int, duration: int, warmup: int, tbhub_bin: str, backend: str, upstream: str,
+    distinct: bool,
+) -> tuple[list[WrkResult], dict[str, str]]:  # fmt: skip
     with contextlib.ExitStack() as stack:
         env = stack.enter_context(docker_boards(upstream)) if backend == "docker" else {}
-        return measure_with(repeats, duration, warmup, tbhub_bin, env)
+        return measure_with(repeats, duration, warmup, tbhub_bin, env, distinct)
 
 
 def measure_with(
-    repeats: int, duration: int, warmup: int, tbhub_bin: str, env: dict[str, str]
-) -> tuple[list[WrkResult], dict[str, str]]:
+    repeats: int, duration: int, warmup: int, tbhub_bin: str, env: dict[str, str],
+    distinct: bool,
+) -> tuple[list[WrkResult], dict[str, str]]:  # fmt: skip
     results: list[WrkResult] = []
     with temp_dir("tbhub-bench-warm.") as work:
         storage, _names = copied_logdir(work, runs=RUNS, steps=STEPS, tags=TAGS)
@@ -150,12 +156,12 @@ def measure_with(
             log(f"direct: {direct_url}\nnginx:  {nginx_url}")
             for kind, url in urls.items():
                 for i in range(warmup):
-                    wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}")
+                    wrk(url, cookie, min(duration, 3), work, f"{kind}-warmup{i}", distinct)
             for index in range(1, repeats + 1):
                 for kind, url in urls.items():
                     cpu: dict[str, float] = {}
                     with who.measured(cpu):
-                        report = wrk(url, cookie, duration, work, f"{kind}-{index}")
+                        report = wrk(url, cookie, duration, work, f"{kind}-{index}", distinct)
                     rate, total = report.requests_per_s, report.requests
                     non_2xx, errors = report.non_2xx_3xx, report.socket_errors
                     assert rate is not None and total is not None
@@ -193,12 +199,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--docker-upstream", choices=("published", "bridge"), default="published",
         help="how nginx (and direct) reach a container board (TBHUB_DOCKER_UPSTREAM)",
     )  # fmt: skip
+    parser.add_argument(
+        "--distinct-urls", action="store_true",
+        help="give every request a query string of its own (bench/distinct_urls.lua), so that "
+        "nginx's cache of board answers serves none: the proxy's own cost",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     target = TARGET_RATIO[args.backend]
-    results, urls = measure(
-        args.runs, args.duration, args.warmup, args.tbhub_bin, args.backend, args.docker_upstream
-    )
+    results, urls = measure(args.runs, args.duration, args.warmup, args.tbhub_bin, args.backend,
+                            args.docker_upstream, args.distinct_urls)  # fmt: skip
     direct = [r for r in results if r.kind == "direct"]
     nginx = [r for r in results if r.kind == "nginx"]
     direct_median = median([r.requests_per_s for r in direct])
@@ -208,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     all_ok = all(r.non_2xx_3xx == 0 and r.socket_errors is None for r in nginx)
     cpu = cpu_medians(results)
     board = args.backend + (f", {args.docker_upstream}" if args.backend == "docker" else "")
+    board += ", distinct URLs" if args.distinct_urls else ""
     summary = (
         f"warm_throughput ({board} board): direct median {direct_median:.1f} req/s, "
         f"nginx median {nginx_median:.1f} req/s, ratio {ratio:.2f}x (n={args.runs})"
@@ -227,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "cpu_us_per_request": cpu,
                 "backend": args.backend,
                 "docker_upstream": args.docker_upstream if args.backend == "docker" else None,
+                "distinct_urls": args.distinct_urls,
                 "target_ratio_min": target,
                 "target_met": ratio >= target,
                 "n": args.runs,

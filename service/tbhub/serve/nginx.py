@@ -129,6 +129,7 @@ def render_config(settings: Settings, api_addresses: Sequence[str] = ()) -> str:
         lua_modules=lua_modules(which_nginx(settings.nginx_bin)),
         lua_package_path=LUA_PACKAGE_PATH,
         board_keepalive=BOARD_KEEPALIVE,
+        board_answer_seconds=settings.board_answer_cache_seconds,
     )
 
 

@@ -43,6 +43,17 @@ class BoardSettings(BaseModel):
     idle_timeout: float = Field(
         default=900.0, gt=0, description="Seconds without a request before a board is stopped."
     )
+    board_answer_cache_seconds: int = Field(
+        default=1,
+        ge=0,
+        le=10,
+        description="nginx keeps each board's answers (a 200 to a GET, under 8 MB, after the "
+        "gate has judged the request) for this many seconds and gives them to every reader "
+        "of that board who asks the same URL: many readers of one board cost it one answer "
+        "a second instead of one each. A board's data can look this much older than its "
+        "files (TensorBoard itself reads them again only every reload interval). 0: every request "
+        "goes to the board.",
+    )
     board_prerender: bool = Field(
         default=True,
         description="While a project's board serves, its project page asks Chromium to "
