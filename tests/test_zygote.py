@@ -158,6 +158,22 @@ def test_the_zygote_leaves_lazily_made_plugins_to_the_boards_that_use_them(
     assert not [path for path in mapped if path.startswith(package + os.sep)]
 
 
+def test_a_board_imports_no_random_generator_to_seed_it(
+    backend: LocalBackend, storage: str
+) -> None:
+    """A forked board seeds numpy's generator afresh only if the zygote imported it: one
+    it imports later seeds itself, and importing it just to seed it cost each board ~30 ms
+    of its start and its memory."""
+    board = wait_ready(backend, backend.start(board_spec("vision", storage)).instance_id)
+    assert runs_of(board) == ["run-00", "run-01"]
+    zygote_pid = launcher(backend).pid()
+    assert zygote_pid is not None
+    generators = os.path.join("numpy", "random", "")
+    for pid in (zygote_pid, leader(backend, board).pid):
+        mapped = {m.path for m in psutil.Process(pid).memory_maps()}
+        assert not [path for path in mapped if generators in path], pid
+
+
 def test_boards_outlive_a_killed_zygote_and_the_next_one_forks_again(
     backend: LocalBackend, storage: str
 ) -> None:
