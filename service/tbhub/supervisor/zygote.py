@@ -39,13 +39,12 @@ import threading
 import time
 import types
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tbhub.supervisor.board_process import ENTRY_POINT_GROUP, release_free_heap
+from tbhub.supervisor.board_process import installed_entry_points, release_free_heap
 from tbhub.supervisor.forked_board import become_board, in_process_program
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS
 
@@ -99,7 +98,7 @@ def warm_up() -> str:
     for module in BOARD_MODULES:  # `tensorboard` itself loads several of these lazily
         importlib.import_module(module)
     default.get_static_plugins()
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in installed_entry_points():  # boards forked from here read them no more
         if entry_point.name in LAZY_PLUGINS:
             # Boards import these on their first request, and few ever do: imported here,
             # every board would pay its share of them (the PyTorch profiler's pandas: 28 MiB).
