@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
@@ -138,6 +139,39 @@ def test_forked_board_serves_runs_and_looks_like_an_exec_board(
     backend.stop(board)
     assert backend.list_instances() == []
     assert not any(m.is_running() and m.status() != psutil.STATUS_ZOMBIE for m in members)
+
+
+def test_the_zygote_leaves_lazily_made_plugins_to_the_boards_that_use_them(
+    backend: LocalBackend, storage: str
+) -> None:
+    """The PyTorch profiler is made on its tab's first request (lazy_plugins): imported into
+    the zygote, its pandas would sit in the memory every board shares a part of."""
+    pandas = importlib.util.find_spec("pandas")
+    if pandas is None or not pandas.submodule_search_locations:
+        pytest.skip("pandas is not installed")
+    package = os.path.realpath(next(iter(pandas.submodule_search_locations)))
+    board = wait_ready(backend, backend.start(board_spec("vision", storage)).instance_id)
+    assert runs_of(board) == ["run-00", "run-01"]
+    zygote_pid = launcher(backend).pid()
+    assert zygote_pid is not None
+    mapped = {m.path for m in psutil.Process(zygote_pid).memory_maps()}
+    assert not [path for path in mapped if path.startswith(package + os.sep)]
+
+
+def test_a_board_imports_no_random_generator_to_seed_it(
+    backend: LocalBackend, storage: str
+) -> None:
+    """A forked board seeds numpy's generator afresh only if the zygote imported it: one
+    it imports later seeds itself, and importing it just to seed it cost each board ~30 ms
+    of its start and its memory."""
+    board = wait_ready(backend, backend.start(board_spec("vision", storage)).instance_id)
+    assert runs_of(board) == ["run-00", "run-01"]
+    zygote_pid = launcher(backend).pid()
+    assert zygote_pid is not None
+    generators = os.path.join("numpy", "random", "")
+    for pid in (zygote_pid, leader(backend, board).pid):
+        mapped = {m.path for m in psutil.Process(pid).memory_maps()}
+        assert not [path for path in mapped if generators in path], pid
 
 
 def test_boards_outlive_a_killed_zygote_and_the_next_one_forks_again(

@@ -255,21 +255,27 @@ def extra_plugins(plugin_path: str | None) -> dict[str, str]:
     }
 
 
+@functools.cache
+def installed_entry_points() -> tuple[Any, ...]:
+    """The TensorBoard plugin entry points of tbhub's own environment, read once per process:
+    the zygote reads them for every board it forks (each read scans every installed
+    distribution's metadata, 10-30 ms of a board's start)."""
+    from importlib import metadata
+
+    return tuple(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def board_plugins(launcher: LauncherArgs) -> list[Any]:
     """TensorBoard's plugins for this board: the bundled ones (TensorBoard itself leaves out
     one whose loading fails), then, each guarded, the installed dynamic ones (the PyTorch
     profiler, made on its first request: `LAZY_PLUGINS`) and the extra plugins this board
     turned on. One of those that fails to import or load is left out and reported; the board
     serves without it."""
-    from importlib import metadata
-
     from tensorboard import default
 
     extras = extra_entry_points(launcher.plugin_path)
     extra_names = {ep.name for ep in extras}
-    installed = [
-        ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in extra_names
-    ]
+    installed = [ep for ep in installed_entry_points() if ep.name not in extra_names]
     wanted = [*installed, *(ep for ep in extras if ep.name in launcher.enabled)]
     static = [
         p for p in default.get_static_plugins()

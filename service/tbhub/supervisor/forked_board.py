@@ -48,9 +48,9 @@ def become_board(
         os.closerange(3, _fd_limit())
         relabel_environ(request["labels"], drop_env=drop_env)
         random.seed()
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            numpy.random.seed()
+        numpy_random = sys.modules.get("numpy.random")
+        if numpy_random is not None:  # not imported yet: it seeds itself when it is
+            numpy_random.seed()
         code = run_program(request["program"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

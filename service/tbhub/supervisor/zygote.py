@@ -1,9 +1,10 @@
 """The board zygote: one process per data dir that has imported TensorBoard and forks boards.
 
 Run as `python -P -m tbhub.supervisor.zygote --dir <data_dir>/zygote --state-dir <boards>`
-by `backends.launch.ZygoteLauncher`. It imports TensorBoard, its plugins and the data server
-binary's location, starts no thread, freezes its objects for the collector (so refcount and
-GC writes in children do not unshare them), then answers on `<dir>/zygote.sock` (mode 0600):
+by `backends.launch.ZygoteLauncher`. It imports TensorBoard, its plugins (not those a board
+makes on their first request, `lazy_plugins.LAZY_PLUGINS`) and the data server binary's
+location, starts no thread, freezes its objects for the collector (so refcount and GC
+writes in children do not unshare them), then answers on `<dir>/zygote.sock` (mode 0600):
 one JSON line per connection,
 
     {"argv": [...], "log_path": "<state dir>/<id>.log", "labels": {"TBHUB_OWNER": ..., ...}}
@@ -38,14 +39,14 @@ import threading
 import time
 import types
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tbhub.supervisor.board_process import ENTRY_POINT_GROUP, release_free_heap
+from tbhub.supervisor.board_process import installed_entry_points, release_free_heap
 from tbhub.supervisor.forked_board import become_board, in_process_program
+from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS
 
 SOCKET_NAME = "zygote.sock"
 # Thread pools that native libraries start on import unless told not to (numpy's OpenBLAS).
@@ -97,7 +98,11 @@ def warm_up() -> str:
     for module in BOARD_MODULES:  # `tensorboard` itself loads several of these lazily
         importlib.import_module(module)
     default.get_static_plugins()
-    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):  # the PyTorch profiler
+    for entry_point in installed_entry_points():  # boards forked from here read them no more
+        if entry_point.name in LAZY_PLUGINS:
+            # Boards import these on their first request, and few ever do: imported here,
+            # every board would pay its share of them (the PyTorch profiler's pandas: 28 MiB).
+            continue
         try:
             entry_point.load()
         except Exception as exc:  # each board that loads it reports it (board_plugins)
