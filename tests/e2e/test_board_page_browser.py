@@ -5,11 +5,12 @@ page loads without a 404 or a console error."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Response
+from playwright.sync_api import Browser, BrowserContext, Page, Response
 
 from tbhub.storage.sample_logs import write_project
 from tests.e2e.harness import TbhubServer, wait_until
@@ -57,12 +58,26 @@ def context(browser: Browser, slow_server: TbhubServer) -> Iterator[BrowserConte
         context.close()
 
 
+def board_documents(page: Page, board_url: str) -> list[str]:
+    """What each load of the board's URL in `page` got, as it comes: "waiting" (the starting
+    page) or "board" (TensorBoard's page)."""
+    documents: list[str] = []
+
+    def on_response(response: Response) -> None:
+        if response.request.is_navigation_request() and response.url == board_url:
+            documents.append("board" if response.status == 200 and
+                             "tb-webapp" in response.text() else "waiting")  # fmt: skip
+
+    page.on("response", on_response)
+    return documents
+
+
 def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_board_bar(
     slow_server: TbhubServer, context: BrowserContext
 ) -> None:
     board_url = f"{slow_server.base_url}/boards/vision/"
     page = context.new_page()
-    documents: list[str] = []  # what each load of the board's URL got: starting page or board
+    documents = board_documents(page, board_url)
     # The documents loaded when the board bar asked for its data: nginx adds the bar's script
     # to the starting page too (it is served under the board's URL), where it must stay idle.
     bar_asked_on: list[int] = []
@@ -76,13 +91,6 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_boar
             and "/api/v1/boards/vision/state" in request.url else None)  # fmt: skip
     page.on("request", lambda request: polls.append(request.url) if documents == ["waiting"]
             and request.url.endswith("/boards/vision/data/runs") else None)  # fmt: skip
-
-    def on_response(response: Response) -> None:
-        if response.request.is_navigation_request() and response.url == board_url:
-            documents.append("board" if response.status == 200 and
-                             "tb-webapp" in response.text() else "waiting")  # fmt: skip
-
-    page.on("response", on_response)
     page.goto(board_url)
     page.wait_for_selector("tb-webapp", timeout=60_000, state="attached")
     shown_at = page.evaluate("performance.timeOrigin") / 1000  # when the board's load began
@@ -106,6 +114,65 @@ def test_the_starting_page_shows_the_board_the_moment_it_is_ready_without_a_boar
         .filter((e) => new URL(e.name).pathname.endsWith("/index.js"))
         .map((e) => e.transferSize)""")
     assert from_cache == [0], f"index.js transferred {from_cache} bytes"
+
+
+def test_a_navigation_to_a_stopped_board_waits_for_it_at_the_gate_and_opens_tensorboard(
+    make_server: Callable[..., TbhubServer], browser: Browser
+) -> None:
+    """A board forked from the zygote serves in a few tenths of a second: the browser's
+    navigation waits for it at the gate (TBHUB_BOARD_START_HOLD; 4 s here, for a loaded
+    host) and gets TensorBoard's page, with no starting page and no second navigation."""
+    server = make_server(board_start_hold="4")
+    server.add_user("alice", "alice-password")
+    write_project(server.add_project("vision", owner="alice"), runs=2, steps=20, tags=1)
+    server.start()
+    wait_for_board(server.sign_in("alice", "alice-password"), "vision")  # the zygote is warm
+    server.cli("admin", "board", "stop", "vision")
+    wait_until(lambda: not list(server.board_state_dir.glob("*.json")), timeout=60,
+               what="the board to stop")  # fmt: skip
+    board_url = f"{server.base_url}/boards/vision/"
+    context = signed_in(browser, server)
+    try:
+        page = context.new_page()
+        documents = board_documents(page, board_url)
+        follows: list[str] = []
+        page.on("request", lambda request: follows.append(request.url)
+                if "/api/v1/boards/vision/state" in request.url else None)  # fmt: skip
+        page.goto(board_url)
+        page.wait_for_selector("text=run-01", timeout=30_000)
+        assert documents == ["board"], documents
+        assert follows == []
+    finally:
+        context.close()
+
+
+def test_a_navigation_waits_no_longer_than_the_bound_and_the_boards_own_calls_not_at_all(
+    slow_server: TbhubServer,
+) -> None:
+    """A board that takes longer than TBHUB_BOARD_START_HOLD (1.5 s by default; this one
+    sleeps 2.5 s first): the navigation gets the starting page after the bound, while the
+    board's own calls, asked at the same time, get their 503 at once."""
+    alice = slow_server.sign_in("alice", "alice-password")
+    navigation = {"Accept": "text/html", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+    call = {"Accept": "application/json", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
+    timed: dict[str, float] = {}
+
+    def navigate() -> None:
+        started = time.monotonic()
+        page = alice.get("/boards/vision/", headers=navigation)
+        timed["navigation"] = time.monotonic() - started
+        assert page.status_code == 200 and 'data-tbhub="board-starting"' in page.text
+
+    held = threading.Thread(target=navigate)
+    held.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    runs = alice.get("/boards/vision/data/runs", headers=call)
+    timed["call"] = time.monotonic() - started
+    held.join()
+    assert runs.status_code == 503 and runs.json()["error"]["code"] == "board_starting"
+    assert timed["call"] < 1.0, timed
+    assert 1.5 <= timed["navigation"] < 3.0, timed
 
 
 def test_a_board_page_loads_with_no_404_and_no_console_error_and_links_back(

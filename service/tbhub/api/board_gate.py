@@ -16,9 +16,10 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from tbhub.api.board_listing import filtered_listing
-from tbhub.api.board_waiting import not_serving_answer, stamped_answer
+from tbhub.api.board_waiting import not_serving_answer, stamped_answer, state_after
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
@@ -51,6 +52,7 @@ BOARD_PATH = re.compile(BOARD_PATH_REGEX)
 UNSAFE_BOARD_PATH_REGEX = r"^[^?]*(?:/\.\.?(?:[/?]|$)|//|%2e|%2f|%5c|%00|\\)"
 UNSAFE_BOARD_PATH = re.compile(UNSAFE_BOARD_PATH_REGEX, re.IGNORECASE)
 ORIGINAL_URI = "x-tbhub-original-uri"
+ORIGINAL_METHOD = "x-tbhub-original-method"
 # A "let in" answer that holds for every route of the board for the same caller (Host,
 # Cookie, Authorization), not only for the URI judged: the caller is kept from no dashboard
 # there. nginx's gate keeps it under a key without the URI too, so a page's first request
@@ -231,26 +233,63 @@ def check_board_path(raw_uri: str) -> None:
 
 
 @router.get("/_auth/board")
-def auth_board(request: Request, context: ContextDep) -> Response:
+async def auth_board(request: Request, context: ContextDep) -> Response:
+    """The gate's answer. A browser's navigation to a board that is starting waits here for
+    it, up to TBHUB_BOARD_START_HOLD seconds (below the hook's read timeout in nginx), and
+    then goes straight to TensorBoard: no starting page, no second navigation. Only the
+    navigation waits, and no thread while it does (board_waiting.state_after); the board's
+    own calls are answered at once. A board still starting after the bound, or one that
+    failed, gets the starting page as before."""
+    answer, starting = await run_in_threadpool(gate_answer, request, context)
+    hold = context.settings.board_start_hold
+    if starting is None or hold <= 0 or not held(request):
+        return answer
+    state, _ = await state_after(
+        context.board_changes, starting[0], lambda: board_for(context, starting[1]),
+        since="board_starting", wait=hold, gone=request.is_disconnected,
+    )  # fmt: skip
+    if state != "ready":
+        return answer
+    answer, _ = await run_in_threadpool(gate_answer, request, context)
+    return answer
+
+
+def held(request: Request) -> bool:
+    """A browser's top-level or frame navigation (Sec-Fetch-Mode, which a page's scripts
+    cannot set) by GET: the one request the starting page answers that could wait for the
+    board instead."""
+    return (
+        request.headers.get(ORIGINAL_METHOD, "GET") == "GET"
+        and request.headers.get("sec-fetch-mode") == "navigate"
+    )
+
+
+def gate_answer(
+    request: Request, context: AppContext
+) -> tuple[Response, tuple[str, BoardRef] | None]:
+    """The hook's answer: 200 with `X-Board-Upstream`, 401 or 403; and when it lets the
+    caller in to a board that does not serve (the control plane answers), the project and
+    that board."""
     original_uri = request.headers.get(ORIGINAL_URI, "")
     match = BOARD_PATH.match(original_uri)
     if match is None or UNSAFE_BOARD_PATH.search(original_uri):
-        return Response(status_code=403)
+        return Response(status_code=403), None
     note_request(project=match.group(1))
     try:
         verdict, board, denied = judge_board(request, context, match.group(1))
     except AmbiguousSession:
         # Denied, and never cached; the fallback explains it to the user.
-        return Response(status_code=403)
+        return Response(status_code=403), None
     if verdict is Verdict.anonymous:
-        return Response(status_code=401)
+        return Response(status_code=401), None
     rest = original_uri[match.end(1) :]  # what TensorBoard routes, after /boards/<name>
     if verdict is not Verdict.allowed or asks_denied(rest, denied):
         # auth_request knows only 2xx/401/403; the fallback page tells 404 from 403, and
         # says which dashboard is restricted. A 403 is never cached.
-        return Response(status_code=403)
+        return Response(status_code=403), None
     assert board is not None
     view = board_for(context, board)
+    starting = None
     if view is not None and view.serving:
         cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
         # The plugins listing without the restricted tabs comes from the control plane.
@@ -258,11 +297,12 @@ def auth_board(request: Request, context: ContextDep) -> Response:
         headers = {"X-Board-Upstream": str(upstream), "X-Accel-Expires": str(cache)}
     else:
         headers = {"X-Board-Upstream": context.settings.api_address, "X-Accel-Expires": "0"}
+        starting = (match.group(1), board)
     if not denied:
         # Nothing kept from this caller: the same answer for every route of the board, so
         # nginx may let the board's other requests in on it while it keeps it (SCOPE_HEADER).
         headers[SCOPE_HEADER] = BOARD_SCOPE
-    return Response(status_code=200, headers=headers)
+    return Response(status_code=200, headers=headers), starting
 
 
 @router.post("/api/v1/boards/{project}/heartbeat", status_code=204)

@@ -8,7 +8,6 @@ requests to the board, asking counts as an access and asks for a stopped board."
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -16,8 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from tbhub.api.board_gate import board_for, readable_board
-from tbhub.api.board_waiting import board_state
-from tbhub.domain.board_changes import RECHECK_SECONDS
+from tbhub.api.board_waiting import state_after
 from tbhub.http.deps import ContextDep, ProjectInPath
 
 router = APIRouter(prefix="/api/v1/boards", tags=["boards"])
@@ -41,13 +39,9 @@ async def follow_board_state(
     after `wait` seconds (at most 30) with `changed` false. Readers of the board only (the
     same check as the board's own requests: session, token or own-origin cookie)."""
     board = await run_in_threadpool(readable_board, request, context, project)
-    deadline = time.monotonic() + wait
-    while True:
-        view = await run_in_threadpool(board_for, context, board)
-        state, reason = board_state(project, view)
-        remaining = deadline - time.monotonic()
-        if state != since or remaining <= 0 or await request.is_disconnected():
-            break
-        await context.board_changes.wait(min(remaining, RECHECK_SECONDS))
+    state, reason = await state_after(
+        context.board_changes, project, lambda: board_for(context, board),
+        since=since, wait=wait, gone=request.is_disconnected,
+    )  # fmt: skip
     body = {"project": project, "state": state, "reason": reason, "changed": state != since}
     return JSONResponse(body, headers={"Cache-Control": "no-store"})

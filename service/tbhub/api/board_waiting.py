@@ -5,11 +5,15 @@ error TensorBoard's calls get, always with the reason."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
+from tbhub.domain.board_changes import RECHECK_SECONDS, BoardChanges
 from tbhub.domain.boards import BoardView
 from tbhub.http.templating import render
 from tbhub.supervisor.board_assets import IMMUTABLE, stamped_file, stamped_files
@@ -60,6 +64,28 @@ def board_state(project: str, view: BoardView | None) -> tuple[str, str | None]:
         return "ready", None
     answer = not_serving(project, view)
     return answer.code, answer.reason
+
+
+async def state_after(
+    changes: BoardChanges,
+    project: str,
+    look: Callable[[], BoardView | None],
+    *,
+    since: str | None,
+    wait: float,
+    gone: Callable[[], Awaitable[bool]],
+) -> tuple[str, str | None]:
+    """The board's state (as board_state()) as soon as it differs from `since`, else after
+    `wait` seconds, or at once when `gone()` (the reader left). `look()` reads the board (in a
+    worker thread); the supervisor's wake-ups (`changes`) say when to read it again, or every
+    RECHECK_SECONDS where none come (a standby replica). No thread is held while waiting."""
+    deadline = time.monotonic() + wait
+    while True:
+        state, reason = board_state(project, await run_in_threadpool(look))
+        remaining = deadline - time.monotonic()
+        if state != since or remaining <= 0 or await gone():
+            return state, reason
+        await changes.wait(min(remaining, RECHECK_SECONDS))
 
 
 def stamped_answer(request: Request, rest: str) -> Response | None:

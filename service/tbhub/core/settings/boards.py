@@ -73,6 +73,16 @@ class BoardSettings(BaseModel):
     board_start_timeout: float = Field(
         default=120.0, gt=0, description="Seconds a board may take to become ready."
     )
+    # Below the hook's read timeout in nginx (5 s): a held hook call must answer before it.
+    board_start_hold: float = Field(
+        default=1.5,
+        ge=0,
+        le=4,
+        description="Seconds a browser's navigation to a starting board waits at the gate for "
+        "it to serve, to open TensorBoard at once instead of the starting page (a board forked "
+        "from the zygote serves in a few tenths of a second); after that, the starting page. "
+        "0: the starting page at once. At most 4.",
+    )
     board_stop_grace: float = Field(
         default=5.0, gt=0, description="Seconds to wait after each signal (INT, TERM) on stop."
     )
