@@ -13,8 +13,6 @@ of the config `tbhub serve` rendered with one part taken out or replaced:
   authentication at all);
 - fixed-upstream: the Lua gate kept, the Lua balancer replaced by a static upstream with
   keep-alive to the board's address;
-- no-answer-cache: without nginx's second-long cache of the board's answers
-  (TBHUB_BOARD_ANSWER_CACHE_SECONDS), every request to the board (what that cache buys);
 - bare: one worker, a static upstream with keep-alive, no auth, no log, no header added.
 
 The copies are for measuring only: some let anyone in. They listen on 127.0.0.1 and are
@@ -120,17 +118,12 @@ def fixed_upstream(conf: str, upstream: str, work: Path) -> str:
     return replaced(r"upstream tbhub_control_plane \{", pool, conf, count=1)
 
 
-def no_answer_cache(conf: str, upstream: str, work: Path) -> str:
-    return replaced(r"\n\s*proxy_cache \$board_answer_zone;", "", conf)
-
-
 PARTS: dict[str, Callable[[str, str, Path], str]] = {
     "no-access-log": no_access_log,
     "plain-access-log": plain_access_log,
     "no-added-headers": no_added_headers,
     "fixed-gate": fixed_gate,
     "fixed-upstream": fixed_upstream,
-    "no-answer-cache": no_answer_cache,
 }
 BARE_NAME = "bare"
 

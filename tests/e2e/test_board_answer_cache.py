@@ -1,5 +1,6 @@
-"""nginx keeps a board's answers for a second (nginx/tbhub.conf.j2, board_proxy): the readers of
-one board who ask the same URL cost it one answer, the gate still judges every request
+"""nginx can keep a board's answers for a second (TBHUB_BOARD_ANSWER_CACHE_SECONDS, off by
+default; nginx/tbhub.conf.j2, board_proxy): the readers of one board who ask the same URL
+cost it one answer, the gate still judges every request
 before the kept answer is read, the control plane's answers under a board's URL (a listing
 made for one caller) are never kept, and no header of the board's sets how long an answer
 is kept or sends a request elsewhere."""
@@ -66,7 +67,7 @@ def serving(server: TbhubServer) -> TbhubServer:
 
 @pytest.fixture
 def server(make_server: Callable[..., TbhubServer]) -> TbhubServer:
-    return serving(make_server())
+    return serving(make_server(board_answer_cache_seconds="1"))
 
 
 def board_pid(server: TbhubServer) -> int:
@@ -173,10 +174,10 @@ def test_no_header_of_the_boards_redirects_a_request_or_lengthens_its_keeping(
     assert again.headers[CACHE] != "HIT", "kept as long as the board's X-Accel-Expires said"
 
 
-def test_no_answer_is_kept_when_the_operator_turns_the_cache_off(
+def test_no_answer_is_kept_unless_the_operator_turns_the_cache_on(
     make_server: Callable[..., TbhubServer],
 ) -> None:
-    server = serving(make_server(board_answer_cache_seconds="0"))
+    server = serving(make_server())
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")
     answers = [alice.get("/boards/vision/data/runs", headers=JSON) for _ in range(3)]
