@@ -56,15 +56,20 @@ def wait_answering(
     wait_until(answering, timeout=30, what=f"{what} to answer {url}")
 
 
-def board_processes(state_dir: Path) -> list[psutil.Process]:
-    """Every live process carrying the board label of this board state dir."""
+def board_processes(state_dir: Path, instance: str = "") -> list[psutil.Process]:
+    """Every live process carrying the board label of this board state dir (and a board
+    instance id starting with `instance`). One that exits meanwhile, or is a zombie not yet
+    reaped, is not live."""
     found = []
     for process in psutil.process_iter():
         try:
-            if process.environ().get(OWNER_ENV) == str(state_dir):
-                found.append(process)
+            environ = process.environ()
         except psutil.Error:
             continue
+        if environ.get(OWNER_ENV) == str(state_dir) and environ.get(
+            "TBHUB_INSTANCE", ""
+        ).startswith(instance):
+            found.append(process)
     return found
 
 

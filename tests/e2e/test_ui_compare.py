@@ -199,13 +199,11 @@ def test_an_unread_compare_board_is_culled_and_its_view_removed(server: TbhubSer
     view = server.storage / ".tbhub-compare" / slug
     linked = view / "lab" / "run-00"
     assert [p.name.split(".")[:3] for p in linked.iterdir()] == [["events", "out", "tfevents"]]
-    assert any(p.environ().get("TBHUB_INSTANCE", "").startswith(slug)
-               for p in board_processes(server.board_state_dir))  # fmt: skip
+    assert board_processes(server.board_state_dir, instance=slug)
 
     def culled() -> bool:
         state = alice.get(f"/api/v1/compare/{slug}").json()["board"]
-        running = [p for p in board_processes(server.board_state_dir)
-                   if p.environ().get("TBHUB_INSTANCE", "").startswith(slug)]  # fmt: skip
+        running = board_processes(server.board_state_dir, instance=slug)
         return state["desired_state"] == state["observed_state"] == "stopped" and not running
 
     wait_until(culled, timeout=IDLE_TIMEOUT + 45, what="the idle compare board to stop")
