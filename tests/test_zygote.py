@@ -146,9 +146,8 @@ def test_the_zygote_leaves_lazily_made_plugins_to_the_boards_that_use_them(
 ) -> None:
     """The PyTorch profiler is made on its tab's first request (lazy_plugins): imported into
     the zygote, its pandas would sit in the memory every board shares a part of."""
-    pandas = importlib.util.find_spec("pandas")
-    if pandas is None or not pandas.submodule_search_locations:
-        pytest.skip("pandas is not installed")
+    pandas = importlib.util.find_spec("pandas")  # the profiler's, pinned in constraints.txt
+    assert pandas is not None and pandas.submodule_search_locations, "pandas is not installed"
     package = os.path.realpath(next(iter(pandas.submodule_search_locations)))
     board = wait_ready(backend, backend.start(board_spec("vision", storage)).instance_id)
     assert runs_of(board) == ["run-00", "run-01"]
