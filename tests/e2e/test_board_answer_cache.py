@@ -1,17 +1,21 @@
-"""nginx can keep a board's answers for a second (TBHUB_BOARD_ANSWER_CACHE_SECONDS, off by
-default; nginx/tbhub.conf.j2, board_proxy): the readers of one board who ask the same URL
-cost it one answer, the gate still judges every request
-before the kept answer is read, the control plane's answers under a board's URL (a listing
-made for one caller) are never kept, and no header of the board's sets how long an answer
-is kept or sends a request elsewhere."""
+"""nginx keeps a board's answers for a second (TBHUB_BOARD_ANSWER_CACHE_SECONDS, 1 by default;
+nginx/tbhub.conf.j2, board_proxy) once the board has finished its first load of its logdir
+(supervisor/first_load.py): the readers of one board who ask the same URL cost it one
+answer, a board still loading gives each reader a fresh answer, the gate still judges every
+request before the kept answer is read, the control plane's answers under a board's URL (a
+listing made for one caller) are never kept, and no header of the board's sets how long an
+answer is kept or sends a request elsewhere."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +23,7 @@ import pytest
 from tbhub.core.models import Role
 from tbhub.domain.projects import set_membership
 from tbhub.storage.sample_logs import write_project
-from tests.e2e.harness import TbhubServer
+from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_boards import wait_for_board
 from tests.scripts import write_script
 
@@ -67,7 +71,7 @@ def serving(server: TbhubServer) -> TbhubServer:
 
 @pytest.fixture
 def server(make_server: Callable[..., TbhubServer]) -> TbhubServer:
-    return serving(make_server(board_answer_cache_seconds="1"))
+    return serving(make_server())  # the default: answers kept a second
 
 
 def board_pid(server: TbhubServer) -> int:
@@ -174,12 +178,73 @@ def test_no_header_of_the_boards_redirects_a_request_or_lengthens_its_keeping(
     assert again.headers[CACHE] != "HIT", "kept as long as the board's X-Accel-Expires said"
 
 
-def test_no_answer_is_kept_unless_the_operator_turns_the_cache_on(
+@contextmanager
+def opening_held(path: Path) -> Iterator[None]:
+    """Every other process's open() of `path` waits while this block runs (a write lease,
+    fcntl(2): the kernel holds an opener until the lease is let go, or for at most
+    /proc/sys/fs/lease-break-time, 45 s by default)."""
+    previous = signal.signal(signal.SIGIO, lambda *_: None)  # the kernel's "someone waits"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        yield
+    finally:
+        os.close(fd)  # lets go of the lease
+        signal.signal(signal.SIGIO, previous)
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+def test_a_board_still_loading_its_logdir_gives_every_reader_a_fresh_answer(
+    make_server: Callable[..., TbhubServer], request: pytest.FixtureRequest, backend: str
+) -> None:
+    """A subprocess board, and a container board (the launcher in the board image)."""
+    settings = {}  # the default: answers kept a second
+    if backend == "docker":
+        settings = {"board_backend": "docker",
+                    "installation_id": request.getfixturevalue("installation")}  # fmt: skip
+    server = make_server(**settings)
+    server.add_user("alice", "alice-password")
+    project = server.add_project("vision", owner="alice")
+    write_project(project, runs=3, steps=20, tags=2)
+    # The board's data server cannot open one run's event file: its first pass over the
+    # logdir goes on, as it does over thousands of runs, until the file is let go.
+    (held,) = project.glob("run-02/events.out.tfevents.*")
+    url = "/boards/vision/data/runs?asked=while-loading"
+    with opening_held(held):
+        server.start()
+        alice = server.sign_in("alice", "alice-password")
+        wait_until(lambda: alice.get("/boards/vision/data/runs", headers=JSON).status_code == 200,
+                   timeout=60, what="the board to answer")  # fmt: skip
+        loading = [alice.get(url, headers=JSON) for _ in range(4)]
+        assert [a.status_code for a in loading] == [200] * 4, [a.text for a in loading]
+        assert [a.headers.get(CACHE) for a in loading] == ["MISS"] * 4
+    # The first load finishes: from then on the board's answers are kept.
+    wait_until(lambda: alice.get(url, headers=JSON).headers.get(CACHE) == "HIT", timeout=20,
+               what="the board's answers kept after its first load")  # fmt: skip
+    listing = alice.get(url, headers=JSON)
+    assert sorted(listing.json()) == ["run-00", "run-01", "run-02"]
+
+
+def test_the_board_s_log_keeps_the_data_server_s_words_without_its_load_cycles(
+    server: TbhubServer,
+) -> None:
+    """Each board's log is what it was: the data server's warnings, not its info lines that
+    first_load asks for (two per reload interval for as long as the board runs)."""
+    alice = server.sign_in("alice", "alice-password")
+    wait_for_board(alice, "vision")
+    kept(alice, "/boards/vision/data/runs?asked=for-the-log")  # past its first load
+    (log,) = server.data_dir.glob("boards/*.log")
+    assert "load cycle" not in log.read_text()
+
+
+def test_no_answer_is_kept_when_the_operator_turns_the_cache_off(
     make_server: Callable[..., TbhubServer],
 ) -> None:
-    server = serving(make_server())
+    server = serving(make_server(board_answer_cache_seconds="0"))
     alice = server.sign_in("alice", "alice-password")
     wait_for_board(alice, "vision")
     answers = [alice.get("/boards/vision/data/runs", headers=JSON) for _ in range(3)]
     assert [a.status_code for a in answers] == [200] * 3
     assert all(CACHE not in a.headers for a in answers)
+    # The board's mark that nginx reads is never shown to a reader.
+    assert all("X-Tbhub-Board-Loaded" not in a.headers for a in answers)

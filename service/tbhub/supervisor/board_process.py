@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tbhub.supervisor import data_server_wait
+from tbhub.supervisor import data_server_wait, first_load
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-# The board image holds this module and the three above, alone of tbhub.
+# The board image holds this module and the four above, alone of tbhub.
 if TYPE_CHECKING:
     from tbhub.supervisor.model import BoardSpec
 
@@ -414,16 +414,26 @@ def release_free_heap() -> None:
         malloc_trim(0)
 
 
-def board_server(wsgi_app: Any, flags: Any, *, middleware: Middleware | None = None) -> Any:
+def board_server(
+    wsgi_app: Any,
+    flags: Any,
+    *,
+    middleware: Middleware | None = None,
+    loading: first_load.FirstLoad | None = None,
+) -> Any:
     """TensorBoard's `server_class` hook: the board's WSGI app (wrapped in `middleware`, if
     given) served by waitress, on the host and port of TensorBoard's flags (port 0: one the
-    kernel gives)."""
+    kernel gives). Once `loading` says the first load is over, answers say so (nginx keeps
+    only those); without it, none does."""
     import waitress
     from tensorboard import program
 
     if middleware is not None:
         wsgi_app = middleware(wsgi_app)
-    wsgi_app = _Counted(BoardAssets(wsgi_app, flags.path_prefix or "", installed_assets()))
+    wsgi_app = BoardAssets(wsgi_app, flags.path_prefix or "", installed_assets())
+    if loading is not None:
+        wsgi_app = first_load.MarkLoaded(wsgi_app, loading)
+    wsgi_app = _Counted(wsgi_app)
 
     class BoardServer(program.TensorBoardServer):
         def __init__(self) -> None:
@@ -461,6 +471,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
 
     raise_open_file_limit()
     data_server_wait.install()
+    loading = first_load.install()
     launcher = split_args(args)
     flags = launcher.flags
     if launcher.plugin_path and launcher.plugin_path not in sys.path:
@@ -468,7 +479,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
     if CONFINED_PLUGINS - launcher.disabled:
         launcher.disabled.update(confine_or_disable(flags))
     main_lib.global_init()
-    server = functools.partial(board_server, middleware=middleware)
+    server = functools.partial(board_server, middleware=middleware, loading=loading)
     board = program.TensorBoard(plugins=board_plugins(launcher), server_class=server)
     try:
         app.run(board.main, argv=["tensorboard", *flags], flags_parser=board.configure)

@@ -44,15 +44,16 @@ class BoardSettings(BaseModel):
         default=900.0, gt=0, description="Seconds without a request before a board is stopped."
     )
     board_answer_cache_seconds: int = Field(
-        default=0,
+        default=1,
         ge=0,
         le=10,
         description="nginx keeps each board's answers (a 200 to a GET, under 8 MB, after the "
         "gate has judged the request) for this many seconds and gives them to every reader "
         "of that board who asks the same URL: many readers of one board cost it one answer "
-        "a second instead of one each. A board's data can look this much older than its "
-        "files: a board that is still loading its runs shows each reader a listing up to 2 s old. "
-        "0 (the default): every request goes to the board.",
+        "a second instead of one each. Only once the board has finished its first load of "
+        "its logdir: until then every request goes to the board, which lists more runs with "
+        "each answer. After it, a board's data can look this much older than its files "
+        "(its reload interval aside). 0: every request goes to the board.",
     )
     board_prerender: bool = Field(
         default=True,
