@@ -313,7 +313,7 @@ def _append_file(
         else:
             if not checked:
                 room(dir_fd, len(data))
-            write_durably(fd, data, size, sync=not (complete and finishing))
+            write_durably(fd, data, size, sync=not (complete and finishing), direct=True)
             size += len(data)
         if not complete:
             return FileState(path, size, False, "file")
