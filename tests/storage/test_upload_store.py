@@ -357,3 +357,40 @@ def test_a_filesystem_refusing_o_direct_gets_the_buffered_write(
     data = os.urandom(3 << 20)
     assert put(run_fd, "model.pt", 0, data, complete=True) == len(data)
     assert (run_dir / "model.pt").read_bytes() == data
+
+
+def test_a_chunk_arrives_in_pieces_put_together_once_and_checked_before_a_byte_is_written(
+    tmp_path: Path,
+) -> None:
+    """The body's pieces go to the worker as they arrived; a checkpoint's chunk is put
+    together in the thread's aligned buffer and written from there (past the page cache),
+    the next chunk reusing that buffer leaves the first one's bytes alone, and a chunk
+    failing its digest leaves nothing."""
+    import hashlib
+
+    from tbhub.core.errors import ChecksumMismatch
+    from tbhub.storage.receive import UploadTarget, receive_chunk
+    from tbhub.storage.usage import ProjectUsage
+    from tests.support.page_cache import cached_pages
+
+    _on_a_disk(tmp_path)
+    (tmp_path / "p").mkdir()
+    target = UploadTarget(tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path))
+
+    def send(offset: int, pieces: list[bytes], complete: bool, digest: bytes | None = None) -> int:
+        sha256 = digest or hashlib.sha256(b"".join(pieces)).digest()
+        state = receive_chunk(target, ["model.pt"], offset=offset, pieces=pieces,
+                              sha256=sha256, complete=complete)  # fmt: skip
+        return state.offset
+
+    first = [os.urandom(size) for size in (65536, 100_000, (1 << 20) - 165_536)]
+    second = [os.urandom(size) for size in (300_000, (1 << 20) - 300_000 + 17)]
+    bad = [os.urandom(1 << 20)]
+    with pytest.raises(ChecksumMismatch):
+        send(0, bad, False, digest=hashlib.sha256(b"other").digest())
+    assert not (tmp_path / "p" / "run-1").exists()
+    assert send(0, first, False) == 1 << 20
+    assert send(1 << 20, second, True) == (2 << 20) + 17
+    stored = tmp_path / "p" / "run-1" / "model.pt"
+    assert not any(cached_pages(stored)[: (2 << 20) // 4096])
+    assert stored.read_bytes() == b"".join(first + second)

@@ -10,8 +10,8 @@ import mmap
 import os
 import stat
 import threading
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 from tbhub.core.errors import InsufficientStorage, OffsetMismatch, UnsafePath
 
@@ -77,7 +77,7 @@ def write_durably(
     start = offset
     try:
         if direct:
-            written = write_direct(fd, view, offset)
+            written = write_direct(fd, data, offset)
             view = view[written:]
             offset += written
         while view:
@@ -109,8 +109,8 @@ def direct_length(size: int, offset: int) -> int:
     return size - size % DIRECT_BLOCK
 
 
-def write_direct(fd: int, view: memoryview, offset: int) -> int:
-    """Write the leading whole blocks of `view` at `offset` with O_DIRECT, from an aligned
+def write_direct(fd: int, data: bytes | memoryview, offset: int) -> int:
+    """Write the leading whole blocks of `data` at `offset` with O_DIRECT, from an aligned
     buffer straight to the disk, and say how many bytes that was (0: none; the caller
     writes the rest through the page cache as usual).
 
@@ -119,7 +119,7 @@ def write_direct(fd: int, view: memoryview, offset: int) -> int:
     and a finished checkpoint's bytes are rarely read back soon. The fdatasync after it
     is still what makes the chunk durable (the device's write cache, the file's size). A
     filesystem that refuses O_DIRECT (EINVAL) gets the buffered write instead."""
-    length = direct_length(len(view), offset)
+    length = direct_length(len(data), offset)
     if not length:
         return 0
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -131,8 +131,7 @@ def write_direct(fd: int, view: memoryview, offset: int) -> int:
         raise
     done = 0
     try:
-        with memoryview(_aligned_buffer(length)) as buffer:
-            buffer[:length] = view[:length]
+        with _in_aligned_buffer(data, length) as buffer:
             while done < length:
                 written = os.pwrite(fd, buffer[done:length], offset + done)
                 if not written or written % DIRECT_BLOCK:
@@ -147,13 +146,38 @@ def write_direct(fd: int, view: memoryview, offset: int) -> int:
     return done
 
 
+def gathered(pieces: list[bytes], size: int) -> memoryview:
+    """The pieces of a chunk (`size` bytes in all) put together in this thread's aligned
+    buffer, for write_direct to write from without copying them again. Valid until this
+    thread gathers its next chunk."""
+    view = memoryview(_aligned_buffer(size))[:size]
+    at = 0
+    for piece in pieces:
+        view[at : at + len(piece)] = piece
+        at += len(piece)
+    _direct_buffers.gathered = view
+    return view
+
+
+@contextmanager
+def _in_aligned_buffer(data: bytes | memoryview, length: int) -> Iterator[memoryview]:
+    """The first `length` bytes of `data` in this thread's aligned buffer: `data` itself
+    when it is what this thread gathered last (the very object), else copied in."""
+    if data is getattr(_direct_buffers, "gathered", None):
+        assert isinstance(data, memoryview)
+        yield data
+        return
+    with memoryview(_aligned_buffer(length)) as aligned:
+        aligned[:length] = data[:length]
+        yield aligned
+
+
 def _aligned_buffer(size: int) -> mmap.mmap:
     """This thread's page-aligned buffer of at least `size` bytes (anonymous memory is
-    page-aligned), kept for its next chunk: fresh memory costs page faults every time."""
+    page-aligned), kept for its next chunk: fresh memory costs page faults every time. A
+    smaller one is dropped, not closed: a view of it may still be alive."""
     buffer: mmap.mmap | None = getattr(_direct_buffers, "buffer", None)
     if buffer is None or len(buffer) < size:
-        if buffer is not None:
-            buffer.close()
         buffer = _direct_buffers.buffer = mmap.mmap(-1, size)
     return buffer
 
