@@ -364,8 +364,8 @@ def test_a_chunk_arrives_in_pieces_put_together_once_and_checked_before_a_byte_i
 ) -> None:
     """The body's pieces go to the worker as they arrived; a checkpoint's chunk is put
     together in the thread's aligned buffer and written from there (past the page cache),
-    the next chunk reusing that buffer leaves the first one's bytes alone, and a chunk
-    failing its digest leaves nothing."""
+    the next chunk reusing that buffer leaves the first one's bytes alone, a retried chunk
+    is recognised from it, and a chunk failing its digest leaves nothing."""
     import hashlib
 
     from tbhub.core.errors import ChecksumMismatch
@@ -393,4 +393,7 @@ def test_a_chunk_arrives_in_pieces_put_together_once_and_checked_before_a_byte_i
     assert send(1 << 20, second, True) == (2 << 20) + 17
     stored = tmp_path / "p" / "run-1" / "model.pt"
     assert not any(cached_pages(stored)[: (2 << 20) // 4096])
+    before = stored.stat()
+    assert send(1 << 20, second, True) == (2 << 20) + 17  # the completing chunk's retry
+    assert stored.stat().st_mtime_ns == before.st_mtime_ns, "a retry wrote"
     assert stored.read_bytes() == b"".join(first + second)
