@@ -244,13 +244,11 @@ def settled_size(path: Path) -> int:
     return sizes[-1]
 
 
-def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
-    site: Site, tmp_path: Path
-) -> None:
-    local = tmp_path / "big-run"
-    name = "events.out.tfevents.1700000000.resume.1.0"
-    local.mkdir()
-    (local / name).write_bytes(os.urandom(48 << 20))
+def upload_killed_at(
+    site: Site, tmp_path: Path, local: Path, pattern: str, at_bytes: int
+) -> tuple[list[str], dict[str, str], Path]:
+    """`tbhub upload local` started and SIGKILLed once the server's file matching `pattern`
+    (under the project) holds `at_bytes`: the command, its environment, and that file."""
     env = {**os.environ, "TBHUB_URL": site.server.base_url, "TBHUB_TOKEN": site.token,
            "TBHUB_CLIENT_CONFIG": str(tmp_path / "client.json")}  # fmt: skip
     command = [TBHUB, "upload", str(local), "--project", "vision", "--json"]
@@ -259,8 +257,8 @@ def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
     deadline = time.monotonic() + 60
     try:  # watch closely (every 2 ms): the whole upload may take well under a second
         while first.poll() is None and time.monotonic() < deadline:
-            stored = stored or next((site.server.storage / "vision").glob(f"*/{name}"), None)
-            if stored is not None and stored.stat().st_size >= 4 << 20:
+            stored = stored or next((site.server.storage / "vision").glob(pattern), None)
+            if stored is not None and stored.exists() and stored.stat().st_size >= at_bytes:
                 first.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.002)
@@ -269,6 +267,17 @@ def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
             first.kill()
         first.wait(timeout=10)
     assert stored is not None, "the upload never started"
+    return command, env, stored
+
+
+def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
+    site: Site, tmp_path: Path
+) -> None:
+    local = tmp_path / "big-run"
+    name = "events.out.tfevents.1700000000.resume.1.0"
+    local.mkdir()
+    (local / name).write_bytes(os.urandom(48 << 20))
+    command, env, stored = upload_killed_at(site, tmp_path, local, f"*/{name}", 4 << 20)
     held = settled_size(stored)
     assert 0 < held < 48 << 20, "the upload finished before it could be killed"
 
@@ -278,6 +287,46 @@ def test_an_upload_killed_half_way_resumes_with_only_the_remainder(
     assert result["bytes_sent"] == (48 << 20) - held
     digest = hashlib.sha256((local / name).read_bytes()).hexdigest()
     assert hashlib.sha256(stored.read_bytes()).hexdigest() == digest
+
+
+def test_a_checkpoint_goes_past_the_page_cache_resumes_and_refuses_a_bad_chunk(
+    site: Site, tmp_path: Path
+) -> None:
+    """A large non-event file's chunks (1 MiB here, the server's limit) are written with
+    O_DIRECT: none of its pages but the unaligned tail's are left in the page cache. An
+    upload killed half way resumes with only the remainder and ends byte for byte; a
+    chunk that fails its digest is refused before anything of it is written."""
+    from tests.support.page_cache import cached_pages
+
+    local = tmp_path / "ckpt-run"
+    local.mkdir()
+    (local / "model.pt").write_bytes(os.urandom((24 << 20) + 1000))
+    command, env, partial = upload_killed_at(
+        site, tmp_path, local, "*/.model.pt.tbhub-partial", 4 << 20
+    )
+    held = settled_size(partial)
+    assert 0 < held < 24 << 20 and held % (1 << 20) == 0, held
+    assert not (partial.parent / "model.pt").exists(), "a half file under its final name"
+
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["bytes_sent"] == (24 << 20) + 1000 - held
+    stored = partial.parent / "model.pt"
+    cached = cached_pages(stored)
+    assert not any(cached[: (24 << 20) // 4096]), "whole chunks went through the page cache"
+    assert stored.read_bytes() == (local / "model.pt").read_bytes()
+
+    run = site.new_run("vision", "bad-big-chunk")
+    url = f"{run['upload_url']}other.pt"
+    chunk = os.urandom(1 << 20)
+    bad = site.api.patch(url, content=chunk, headers={
+        "Upload-Offset": "0", "Content-Digest": content_digest(chunk[:-1] + b"x")})  # fmt: skip
+    assert (bad.status_code, bad.json()["error"]["code"]) == (400, "checksum_mismatch")
+    run_dir = site.server.storage / "vision" / str(run["path"])
+    assert not run_dir.exists() or list(run_dir.iterdir()) == []
+    good = site.api.patch(url, content=chunk, headers={
+        "Upload-Offset": "0", "Content-Digest": content_digest(chunk)})  # fmt: skip
+    assert good.headers["Upload-Offset"] == str(1 << 20)
 
 
 def test_a_run_written_straight_to_the_storage_is_discovered(site: Site) -> None:
@@ -492,11 +541,12 @@ def test_small_files_go_in_a_few_batch_requests_and_arrive_whole(
     assert all(listed[rel]["offset"] == len(data) for rel, data in files.items())
 
 
-def test_the_largest_files_go_first_and_the_small_batches_after_them(
+def test_the_largest_files_go_first_and_the_small_batches_between_the_others(
     site: Site, tmp_path: Path
 ) -> None:
-    """A file's chunks go one after another, so the biggest one starts first: it would
-    otherwise end the pass alone while the other threads had nothing left to do."""
+    """A file's chunks go one after another, so the biggest ones (one a thread) start first:
+    they would otherwise end the pass alone while the other threads had nothing left to do.
+    The batches of small files go between the other files, not after all of them."""
     local = tmp_path / "local"
     sizes = {"a-small.bin": 300 << 10, "b-biggest.bin": 900 << 10, "c-medium.bin": 600 << 10}
     for name, size in sizes.items():
@@ -516,8 +566,10 @@ def test_the_largest_files_go_first_and_the_small_batches_after_them(
     firsts = sorted(set(firsts), key=firsts.index)
     assert firsts == ["b-biggest.bin", "c-medium.bin", "a-small.bin"], sent
     posts = [i for i, (method, _) in enumerate(sent) if method == "POST"]
-    patches = [i for i, (method, _) in enumerate(sent) if method == "PATCH"]
-    assert posts and min(posts) > max(patches), "the small files' batches after the big files"
+    medium = [i for i, (_, name) in enumerate(sent) if name == "c-medium.bin"]
+    smallest = [i for i, (_, name) in enumerate(sent) if name == "a-small.bin"]
+    # One thread: the biggest file alone first, then a batch after the next file.
+    assert len(posts) == 1 and max(medium) < posts[0] < min(smallest), sent
     stored = site.server.storage / "vision" / str(run["path"])
     for name in sizes:
         assert (stored / "ckpt" / name).read_bytes() == (local / "ckpt" / name).read_bytes()

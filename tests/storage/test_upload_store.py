@@ -267,3 +267,133 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
         assert ("fdatasync", moved) in events[:i]
     writes = [i for i, (kind, _) in enumerate(events) if kind == "pwrite"]
     assert len(writes) == len(files) and max(writes) < min(datasyncs), "written, then synced"
+
+
+def _on_a_disk(path: Path) -> None:
+    """O_DIRECT bypasses the page cache only where the page cache is not the storage."""
+    from tbhub.core.fstype import filesystem_type
+
+    if filesystem_type(path) in ("tmpfs", "ramfs"):
+        pytest.skip(f"{path} is in memory: its page cache is the storage")
+
+
+def test_a_large_chunk_goes_to_the_disk_past_the_page_cache_its_tail_through_it(
+    run_fd: int, run_dir: Path
+) -> None:
+    """A chunk of 1 MiB or more at a block-aligned offset is written with O_DIRECT, the
+    page cache's copy skipped; what is not whole blocks, and a chunk at an unaligned
+    offset, go through the page cache as before. The bytes are the same either way."""
+    from tests.support.page_cache import cached_pages
+
+    _on_a_disk(run_dir)
+    first, second = os.urandom((2 << 20) + 100), os.urandom((3 << 19) + 7)
+    assert put(run_fd, "model.pt", 0, first) == len(first)
+    assert put(run_fd, "model.pt", len(first), second, complete=True) == len(first + second)
+    cached = cached_pages(run_dir / "model.pt")
+    direct_pages = (2 << 20) // 4096
+    assert not any(cached[:direct_pages]), "the aligned 2 MiB went through the page cache"
+    assert all(cached[direct_pages:]), "the tail and the unaligned chunk are buffered"
+    assert (run_dir / "model.pt").read_bytes() == first + second
+
+
+def test_a_direct_write_is_synced_before_the_file_is_renamed_and_answered(
+    run_fd: int, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """O_DIRECT is not durability: the fdatasync after the chunk still carries the device's
+    write cache and the file's size, before the rename and before the call returns."""
+    import fcntl
+
+    _on_a_disk(run_dir)
+    events: list[str] = []
+    real_pwrite, real_fdatasync, real_rename = os.pwrite, os.fdatasync, os.rename
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        direct = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
+        events.append("pwrite-direct" if direct else "pwrite")
+        return real_pwrite(fd, data, offset)
+
+    def fdatasync(fd: int) -> None:
+        events.append("fdatasync")
+        real_fdatasync(fd)
+
+    def rename(src: str, dst: str, **kwargs: int) -> None:
+        events.append("rename")
+        real_rename(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "rename", rename)
+    data = os.urandom((1 << 20) + 5)
+    assert put(run_fd, "model.pt", 0, data, complete=True) == len(data)
+    assert events == ["pwrite-direct", "pwrite", "fdatasync", "rename"], events
+    assert (run_dir / "model.pt").read_bytes() == data
+
+
+@pytest.mark.parametrize("refused_at", ["F_SETFL", "pwrite"])
+def test_a_filesystem_refusing_o_direct_gets_the_buffered_write(
+    run_fd: int, run_dir: Path, monkeypatch: pytest.MonkeyPatch, refused_at: str
+) -> None:
+    """EINVAL from the filesystem (no O_DIRECT there, or not at this alignment), when the
+    flag is set or at the first write: the whole chunk goes through the page cache."""
+    import errno
+    import fcntl
+
+    from tbhub.storage import upload_io
+
+    real_fcntl, real_pwrite = fcntl.fcntl, os.pwrite
+
+    def refusing_fcntl(fd: int, command: int, arg: int = 0) -> int:
+        if refused_at == "F_SETFL" and command == fcntl.F_SETFL and arg & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "no O_DIRECT here")
+        return real_fcntl(fd, command, arg)
+
+    def refusing_pwrite(fd: int, data: bytes, offset: int) -> int:
+        if refused_at == "pwrite" and real_fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "not at this alignment")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(upload_io.fcntl, "fcntl", refusing_fcntl)
+    monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+    data = os.urandom(3 << 20)
+    assert put(run_fd, "model.pt", 0, data, complete=True) == len(data)
+    assert (run_dir / "model.pt").read_bytes() == data
+
+
+def test_a_chunk_arrives_in_pieces_put_together_once_and_checked_before_a_byte_is_written(
+    tmp_path: Path,
+) -> None:
+    """The body's pieces go to the worker as they arrived; a checkpoint's chunk is put
+    together in the thread's aligned buffer and written from there (past the page cache),
+    the next chunk reusing that buffer leaves the first one's bytes alone, a retried chunk
+    is recognised from it, and a chunk failing its digest leaves nothing."""
+    import hashlib
+
+    from tbhub.core.errors import ChecksumMismatch
+    from tbhub.storage.receive import UploadTarget, receive_chunk
+    from tbhub.storage.usage import ProjectUsage
+    from tests.support.page_cache import cached_pages
+
+    _on_a_disk(tmp_path)
+    (tmp_path / "p").mkdir()
+    target = UploadTarget(tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path))
+
+    def send(offset: int, pieces: list[bytes], complete: bool, digest: bytes | None = None) -> int:
+        sha256 = digest or hashlib.sha256(b"".join(pieces)).digest()
+        state = receive_chunk(target, ["model.pt"], offset=offset, pieces=pieces,
+                              sha256=sha256, complete=complete)  # fmt: skip
+        return state.offset
+
+    first = [os.urandom(size) for size in (65536, 100_000, (1 << 20) - 165_536)]
+    second = [os.urandom(size) for size in (300_000, (1 << 20) - 300_000 + 17)]
+    bad = [os.urandom(1 << 20)]
+    with pytest.raises(ChecksumMismatch):
+        send(0, bad, False, digest=hashlib.sha256(b"other").digest())
+    assert not (tmp_path / "p" / "run-1").exists()
+    assert send(0, first, False) == 1 << 20
+    assert send(1 << 20, second, True) == (2 << 20) + 17
+    stored = tmp_path / "p" / "run-1" / "model.pt"
+    assert not any(cached_pages(stored)[: (2 << 20) // 4096])
+    before = stored.stat()
+    assert send(1 << 20, second, True) == (2 << 20) + 17  # the completing chunk's retry
+    assert stored.stat().st_mtime_ns == before.st_mtime_ns, "a retry wrote"
+    assert stored.read_bytes() == b"".join(first + second)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
@@ -146,13 +147,15 @@ class Uploader:
                     self.on_progress(done, todo)
 
             small, large = self._batches(plan)
-            # The largest files first: a file's chunks go one after another, so a big file
-            # started last would end the pass alone while the other threads wait.
             remote = self._remote
             large.sort(key=lambda item: item[1] - remote[item[0].rel].offset, reverse=True)
+            tasks = _interleaved(
+                [partial(self._send_file, *item, sent) for item in large],
+                [partial(self._send_batch, batch, sent) for batch in small],
+                first=self.parallel,
+            )
             with ThreadPoolExecutor(self.parallel, thread_name_prefix="tbhub-upload") as pool:
-                futures = [pool.submit(self._send_file, *item, sent) for item in large]
-                futures += [pool.submit(self._send_batch, batch, sent) for batch in small]
+                futures = [pool.submit(task) for task in tasks]
                 for future in futures:
                     future.result()  # the first failure, after every file had its go
             self.total.add(report)
@@ -388,6 +391,23 @@ class Uploader:
             pass
         self.sync(final=True)
         return self.total
+
+
+def _interleaved(
+    large: list[Callable[[], None]], batches: list[Callable[[], None]], *, first: int
+) -> list[Callable[[], None]]:
+    """The order files go in: the `first` largest (one a thread) before anything else, then
+    a batch of small files after each further file, then what is left.
+
+    A file's chunks go one after another, so a big file started last would end the pass
+    alone while the other threads wait. The batches go between the other files instead of
+    after all of them: a batch's time on the server is mostly waits on the disk (creating
+    hundreds of files, their syncs and renames), which then overlap the big files' writes
+    and digests, where they used to be the pass's last seconds, with little else to do."""
+    order = large[:first]
+    for index, task in enumerate(large[first:]):
+        order += [task, *batches[index : index + 1]]
+    return order + batches[len(large[first:]) :]
 
 
 def _error_of(response: httpx.Response) -> UploadError:

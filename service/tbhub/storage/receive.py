@@ -15,6 +15,7 @@ from tbhub.core.upload_protocol import check_digest, unpack_batch
 from tbhub.storage import uploads
 from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.paths import open_project
+from tbhub.storage.upload_io import direct_length, gathered
 from tbhub.storage.uploads import FileState, RoomCheck
 from tbhub.storage.usage import ProjectUsage
 
@@ -95,11 +96,20 @@ def receive_chunk(
     parts: list[str],
     *,
     offset: int,
-    data: bytes,
+    pieces: list[bytes],
     sha256: bytes,
     complete: bool,
 ) -> FileState:
-    """Check the chunk against its digest, then write it; durable before this returns."""
+    """Check the chunk (the body's pieces, in order) against its digest, then write it;
+    durable before this returns. A chunk that goes to the disk with O_DIRECT is put
+    together in this thread's aligned buffer, so it is copied once and written from there
+    (upload_io.gathered); any other is joined."""
+    size = sum(map(len, pieces))
+    data: bytes | memoryview
+    if uploads.kind_of(parts[-1]) == "file" and direct_length(size, offset):
+        data = gathered(pieces, size)
+    else:
+        data = b"".join(pieces)
     check_digest(sha256, hashlib.sha256(data).digest())
     return _write(target, [(parts, offset, data, complete)])[0]
 
@@ -114,7 +124,7 @@ def receive_batch(target: UploadTarget, body: bytes, *, sha256: bytes) -> list[F
     return _write(target, [(parts, 0, data, True) for parts, data in files])
 
 
-Chunk = tuple[list[str], int, bytes, bool]  # path parts, offset, bytes, ends the file
+Chunk = tuple[list[str], int, bytes | memoryview, bool]  # path parts, offset, bytes, ends the file
 
 
 def _write(target: UploadTarget, chunks: list[Chunk]) -> list[FileState]:

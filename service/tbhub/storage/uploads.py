@@ -180,7 +180,7 @@ def append_chunk(
     parts: list[str],
     *,
     offset: int,
-    data: bytes,
+    data: bytes | memoryview,
     complete: bool,
     room: RoomCheck,
     finishing: Finishing | None = None,
@@ -201,7 +201,7 @@ def append_chunk(
         name = parts[-1]
         path = "/".join(parts)
         if kind_of(name) == "events":
-            size = append_events(dir_fd, name, path, offset, data, room)
+            size = append_events(dir_fd, name, path, offset, bytes(data), room)
             return FileState(path, size, False, "events")
         return _append_file(dir_fd, name, path, offset, data, complete, room,
                             finishing=finishing, parents=tuple(parts[:-1]))  # fmt: skip
@@ -273,7 +273,7 @@ def _append_file(
     name: str,
     path: str,
     offset: int,
-    data: bytes,
+    data: bytes | memoryview,
     complete: bool,
     room: RoomCheck,
     *,
@@ -313,7 +313,7 @@ def _append_file(
         else:
             if not checked:
                 room(dir_fd, len(data))
-            write_durably(fd, data, size, sync=not (complete and finishing))
+            write_durably(fd, data, size, sync=not (complete and finishing), direct=True)
             size += len(data)
         if not complete:
             return FileState(path, size, False, "file")
@@ -339,7 +339,12 @@ def _append_file(
 
 
 def _holds_whole(
-    dir_fd: int, name: str, offset: int, data: bytes, final: os.stat_result, complete: bool
+    dir_fd: int,
+    name: str,
+    offset: int,
+    data: bytes | memoryview,
+    final: os.stat_result,
+    complete: bool,
 ) -> bool:
     """A finished file already holds `data` at `offset` (ending the file, for a last chunk)."""
     if complete and offset + len(data) != final.st_size:
@@ -351,5 +356,5 @@ def _holds_whole(
         os.close(fd)
 
 
-def _fd_holds(fd: int, offset: int, data: bytes, size: int) -> bool:
+def _fd_holds(fd: int, offset: int, data: bytes | memoryview, size: int) -> bool:
     return offset + len(data) <= size and read_at(fd, len(data), offset) == data
