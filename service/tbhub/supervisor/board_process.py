@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tbhub.supervisor import data_server_wait
+from tbhub.supervisor import data_server_socket, data_server_wait
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-# The board image holds this module and the three above, alone of tbhub.
+# The board image holds this module and the four above, alone of tbhub.
 if TYPE_CHECKING:
     from tbhub.supervisor.model import BoardSpec
 
@@ -461,6 +461,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
 
     raise_open_file_limit()
     data_server_wait.install()
+    data_server_socket.install()
     launcher = split_args(args)
     flags = launcher.flags
     if launcher.plugin_path and launcher.plugin_path not in sys.path:
