@@ -58,6 +58,10 @@ FAST_INTERVAL = 0.1
 # Meanwhile its health probe is asked this often, so the pass that marks it ready comes as
 # soon as it answers, not up to FAST_INTERVAL later (a board of a few runs starts in 0.2 s).
 READY_POLL = 0.01
+# A board whose address is not known yet (one the last pass started: a local board tells its
+# port once it listens) is looked up again this often meanwhile: a listing reads every
+# board's state, so less often than the probe.
+RELIST_POLL = 0.02
 # Seconds a pass waits for one project's symlink check (or a compare view's links) before
 # calling its storage unavailable; the check goes on and is asked for again next pass.
 LINK_CHECK_WAIT = 10.0
@@ -128,7 +132,8 @@ class Supervisor:
         self.may_act = may_act
         self.on_observed = on_observed
         self._observed: dict[str, Observed] = {}
-        self._starting: list[Instance] = []  # alive, not yet ready in the last pass
+        # Alive and not yet ready in the last pass, with those it started.
+        self._starting: list[Instance] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,9 +187,16 @@ class Supervisor:
 
     def _await_ready(self, limit: float) -> None:
         """Wait up to `limit` for a wake-up, asking the starting boards' health probe every
-        READY_POLL meanwhile: returns as soon as one of them answers."""
+        READY_POLL meanwhile: returns as soon as one of them answers. Those whose address is
+        not known yet are listed again every RELIST_POLL, so the probe starts as soon as the
+        board listens, not at the next pass."""
         deadline = time.monotonic() + limit
+        listed = time.monotonic()
         while not self._wake.is_set() and (left := deadline - time.monotonic()) > 0:
+            unknown = any(i.upstream is None for i in self._starting)
+            if unknown and time.monotonic() - listed >= RELIST_POLL:
+                self._starting = self._observer.relisted(self._starting)
+                listed = time.monotonic()
             if any(self._observer.ready(i, timeout=left) for i in self._starting):
                 return
             self._wake.wait(min(READY_POLL, left))
@@ -222,7 +234,8 @@ class Supervisor:
             return False
         plugin_errors = self._note_ready(actual, result)
         self._health = result.health
-        errors = self._apply(result.actions)
+        errors, started = self._apply(result.actions)
+        self._starting += started
         restarts = {a.spec.project: a.reason for a in result.actions
                     if isinstance(a, Start) and a.reason}  # fmt: skip
         serving = {o.instance_id for o in result.observed.values() if o.instance_id}
@@ -376,9 +389,11 @@ class Supervisor:
                         item["error"])  # fmt: skip
         return errors
 
-    def _apply(self, actions: list[Start | Stop | Forget]) -> dict[str, str]:
-        """Carry out the actions in parallel; return an error message per project."""
+    def _apply(self, actions: list[Start | Stop | Forget]) -> tuple[dict[str, str], list[Instance]]:
+        """Carry out the actions in parallel; return an error message per project, and the
+        instances started."""
         errors: dict[str, str] = {}
+        started: list[Instance] = []
 
         def run(action: Start | Stop | Forget) -> None:
             try:
@@ -388,7 +403,7 @@ class Supervisor:
                                  action.reason)  # fmt: skip
                     else:
                         log.info("starting board %s", action.spec.project)
-                    self.backend.start(action.spec)
+                    started.append(self.backend.start(action.spec))
                 elif isinstance(action, Stop):
                     log.info("stopping board %s (%s): %s", action.instance.project,
                              action.instance.instance_id, action.reason)  # fmt: skip
@@ -407,4 +422,4 @@ class Supervisor:
                 errors[project] = f"{type(exc).__name__}: {exc}"
 
         list(self._pool.map(run, actions))
-        return errors
+        return errors, started
