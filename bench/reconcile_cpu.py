@@ -34,25 +34,6 @@ from tbhub.supervisor.plan import Policy
 PROJECTS, LIVE = 1000, 50
 DEFAULT_INTERVAL = 5.0
 PROFILE = "--profile" in sys.argv
-STAND_IN = """\
-import http.server, sys
-
-class Board(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"{}" if self.path.endswith("/data/environment") else b"[]"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Board)
-print(f"TensorBoard 0.0 at http://127.0.0.1:{server.server_address[1]}/ (Press CTRL+C to quit)",
-      flush=True)
-server.serve_forever()
-"""
 
 
 def seed(url: str, storage: Path) -> None:
@@ -90,12 +71,14 @@ def measure(supervisor: Supervisor, passes: int, *, full: bool) -> tuple[float, 
 
 
 def run(passes: int, database_url: str | None) -> dict[str, object]:
+    from tests.support.stand_in_board import stand_in_board  # importable once _places ran
+
     with temp_dir("tbhub-bench-reconcile.") as work:
         url = database_url or f"sqlite:///{work / 'tbhub.sqlite3'}"
         storage = work / "storage"
         seed(url, storage)
         script = work / "stand-in-board"
-        script.write_text(f"#!{sys.executable}\n{STAND_IN}")
+        script.write_text(f"#!{sys.executable}\n{stand_in_board()}")
         script.chmod(0o755)
         backend = LocalBackend(state_dir=work / "boards", owner=str(work),
                                tensorboard_bin=str(script), stop_grace=2.0)  # fmt: skip

@@ -89,3 +89,30 @@ def test_readers_of_a_board_that_does_not_serve_are_told_its_state_and_why(
     # The page follows the board from the state it was rendered in.
     assert f'data-state="{code}"' in page.text
     assert 'src="/static/starting.js"' in page.text
+
+
+def test_readers_of_a_starting_board_do_not_wake_the_supervisor_again(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """The supervisor follows a board it has started by itself: a wake-up per request of a
+    reader polling it only ran full passes beside the start. A board not yet asked for, or
+    not started, still wakes it."""
+    seed(factory, settings)
+    sign_in(client, "alice")
+    context = client.app.state.context  # type: ignore[attr-defined]
+    wakes: list[str] = []
+    context.wake_supervisor = lambda: wakes.append("woken")
+
+    assert client.get("/boards/vision/data/runs", headers=JSON).status_code == 503
+    assert wakes == ["woken"]  # stopped: asked for, and the supervisor woken to start it
+
+    supervisor_pass(factory, WANTED, [], None, None)  # started: observed starting
+    context.boards.invalidate()
+    for _ in range(3):
+        assert client.get("/boards/vision/data/runs", headers=JSON).status_code == 503
+    assert wakes == ["woken"]
+
+    supervisor_pass(factory, replace(WANTED, retry_at=NOW + 30), [CRASHED], None, LOG)
+    context.boards.invalidate()
+    assert client.get("/boards/vision/data/runs", headers=JSON).status_code == 503
+    assert wakes == ["woken", "woken"]  # failed: a reader's request wakes it again

@@ -26,7 +26,7 @@ from tbhub.auth.sessions import SessionData, read_cookie
 from tbhub.auth.share_links import SHARE_COOKIE, ShareGrant
 from tbhub.core.errors import AmbiguousSession, Forbidden, NotAuthenticated, NotFound, UnsafePath
 from tbhub.core.log_context import note_request
-from tbhub.core.models import Role
+from tbhub.core.models import DesiredState, ObservedState, Role
 from tbhub.core.names import is_compare_slug
 from tbhub.domain.boards import BoardRef, BoardView, auth_cache_seconds
 from tbhub.domain.dashboards import asks_denied, is_listing
@@ -215,13 +215,26 @@ def _judge_session(
 
 
 def board_for(context: AppContext, board: BoardRef) -> BoardView | None:
-    """Note the access; if the board is not serving, ask for it and wake the supervisor."""
+    """Note the access; if the board is not serving, ask for it, and wake the supervisor
+    unless it is starting that board already: its loop follows a starting board by itself
+    (supervisor/loop.py), and a wake-up per request (a reader polling, a page's calls) only
+    made it run full passes beside the start it waits on."""
     context.tracker.touch(board)
     view = context.boards.get(board)
     if view is None or not view.serving:
-        context.boards.want_running(board)
-        context.wake_supervisor()
+        asked = context.boards.want_running(board)
+        if asked or not view_starting(view):
+            context.wake_supervisor()
     return view
+
+
+def view_starting(view: BoardView | None) -> bool:
+    """The supervisor has started this board, which is wanted and not yet ready."""
+    return (
+        view is not None
+        and view.desired == DesiredState.running
+        and view.observed == ObservedState.starting
+    )
 
 
 def check_board_path(raw_uri: str) -> None:

@@ -29,11 +29,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tbhub.supervisor import data_server_wait, first_load
+from tbhub.supervisor import data_server_socket, data_server_wait, first_load
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-# The board image holds this module and the four above, alone of tbhub.
+# The board image holds this module and the five above, alone of tbhub.
 if TYPE_CHECKING:
     from tbhub.supervisor.model import BoardSpec
 
@@ -471,6 +471,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
 
     raise_open_file_limit()
     data_server_wait.install()
+    data_server_socket.install()
     loading = first_load.install()
     launcher = split_args(args)
     flags = launcher.flags

@@ -68,6 +68,12 @@ class Observer:
     def close(self) -> None:
         self.client.close()
 
+    def relisted(self, instances: list[Instance]) -> list[Instance]:
+        """`instances` as the backend lists them now (an address learnt since), those still
+        alive; outside a pass, with no probe."""
+        wanted = {i.instance_id for i in instances}
+        return [i for i in self.backend.list_instances() if i.instance_id in wanted and i.alive]
+
     def ready(self, instance: Instance, *, timeout: float) -> bool:
         """One health probe of `instance` outside a pass, given at most `timeout` seconds."""
         return probe_ready(instance, self.client, timeout)

@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from tbhub.core.errors import StorageUnavailable, UnsafePath
@@ -31,6 +31,7 @@ from tbhub.core.models import (
     RetentionState,
     Run,
 )
+from tbhub.core.names import is_compare_slug
 from tbhub.domain import audit
 from tbhub.domain.boards import BoardRef, cull_idle_boards, flush_access
 from tbhub.domain.views import view_runs, views_by_board
@@ -293,6 +294,30 @@ def _drain(board: _BoardColumns) -> Drain | None:
     if board.draining_instance_id and board.draining_since is not None:
         return Drain(board.draining_instance_id, board.draining_since.timestamp())
     return None
+
+
+def write_ready(
+    session: Session, board: str, *, instance_id: str, upstream: str, now: datetime
+) -> bool:
+    """Record a board that was starting as ready at `upstream`, the moment its probe answers,
+    as write_observed would (the pass that follows writes the same and the rest). Only a row
+    still wanted and observed starting; True if written."""
+    values = {
+        "observed_state": ObservedState.ready, "upstream": upstream, "instance_id": instance_id,
+        "observed_at": now, "status_note": None, "swapping": False, "failures": 0,
+        "retry_at": None,
+    }  # fmt: skip
+    if is_compare_slug(board):
+        rows = update(CompareBoard).where(CompareBoard.slug == board)
+        model: type[BoardState] = CompareBoard
+    else:
+        project = select(Project.id).where(Project.name == board).scalar_subquery()
+        rows, model = update(Board).where(Board.project_id == project), Board
+    written = session.execute(
+        rows.where(model.desired_state == DesiredState.running,
+                   model.observed_state == ObservedState.starting).values(**values)
+    )  # fmt: skip
+    return bool(getattr(written, "rowcount", 0))
 
 
 def write_observed(
