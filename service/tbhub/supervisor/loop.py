@@ -60,8 +60,8 @@ FAST_INTERVAL = 0.1
 # soon as it answers, not up to FAST_INTERVAL later (a board of a few runs starts in 0.2 s).
 READY_POLL = 0.01
 # A board whose address is not known yet (one the last pass started: a local board tells its
-# port once it listens) is looked up again this often meanwhile: a listing reads every
-# board's state, so less often than the probe.
+# port once it listens) is looked up again this often meanwhile, it alone
+# (`Observer.relisted`): a listing reads its state and log, so less often than the probe.
 RELIST_POLL = 0.02
 # Seconds a pass waits for one project's symlink check (or a compare view's links) before
 # calling its storage unavailable; the check goes on and is asked for again next pass.
