@@ -29,6 +29,7 @@ def launcher_copy(tmp_path: Path, *, launcher_extra: str = "", init_extra: str =
     root = tmp_path / "tbhub"
     (root / "supervisor").mkdir(parents=True)
     for module in LAUNCHER_MODULES:
+        (root / module).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(inputs.launcher_root / module, root / module)
     (root / LAUNCHER).write_text((root / LAUNCHER).read_text() + launcher_extra)
     (root / "__init__.py").write_text(

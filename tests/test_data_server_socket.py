@@ -1,4 +1,4 @@
-"""supervisor/data_server_socket.py: a board's data server sends its gRPC answers at once.
+"""supervisor/data_server/no_delay.py: a board's data server sends its gRPC answers at once.
 
 A real `tensorboard-data-server`, started by TensorBoard's own ingester over a real logdir in
 a fresh interpreter, with and without the module installed. Afterwards the test takes a copy
@@ -24,9 +24,9 @@ import os, sys, time
 from tensorboard.data import server_ingester
 from tensorboard.data.proto import data_provider_pb2
 from tensorboard.util import grpc_util
-from tbhub.supervisor import data_server_socket
+from tbhub.supervisor.data_server import no_delay
 if sys.argv[2] == "installed":
-    assert data_server_socket.install()
+    assert no_delay.install()
 ingester = server_ingester.SubprocessServerDataIngester(
     server_binary=server_ingester.get_server_binary(), logdir=sys.argv[1], reload_interval=30,
     channel_creds_type=grpc_util.ChannelCredsType.LOCAL, samples_per_plugin={})
@@ -46,7 +46,7 @@ sys.stdin.read()  # the data server lives while the test looks at it
 
 def listener_no_delay(port: int, pid: int) -> bool:
     """TCP_NODELAY of the socket a child of `pid` listens on at `port`."""
-    from tbhub.supervisor.data_server_socket import _sockets_of
+    from tbhub.supervisor.data_server.no_delay import _sockets_of
 
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     for child in children:
@@ -88,12 +88,12 @@ def test_the_data_server_answers_without_nagles_delay(tmp_path: Path) -> None:
 def test_install_is_idempotent(monkeypatch: MonkeyPatch) -> None:
     from tensorboard.data import server_ingester
 
-    from tbhub.supervisor import data_server_socket
+    from tbhub.supervisor.data_server import no_delay
 
     monkeypatch.setattr(server_ingester, "_make_stub", server_ingester._make_stub)
-    assert data_server_socket.install()
+    assert no_delay.install()
     wrapped = server_ingester._make_stub
-    assert data_server_socket.install()
+    assert no_delay.install()
     assert server_ingester._make_stub is wrapped
 
 
@@ -101,10 +101,10 @@ def test_a_stub_to_a_server_that_is_not_a_child_is_made_as_before(monkeypatch: M
     from tensorboard.data import server_ingester
     from tensorboard.util import grpc_util
 
-    from tbhub.supervisor import data_server_socket
+    from tbhub.supervisor.data_server import no_delay
 
     monkeypatch.setattr(server_ingester, "_make_stub", server_ingester._make_stub)
-    assert data_server_socket.install()
+    assert no_delay.install()
     with socket.socket() as other:  # --grpc_data_provider: a server of someone else's
         other.bind(("127.0.0.1", 0))
         other.listen()

@@ -1,5 +1,5 @@
-"""supervisor/data_server_wait.py: TensorBoard's start waits on its data server only until the
-server has written its port, not to the next half second.
+"""supervisor/data_server/port_wait.py: TensorBoard's start waits on its data server only
+until the server has written its port, not to the next half second.
 
 A real `tensorboard-data-server`, started by TensorBoard's own ingester over a real logdir,
 made to take 0.1 s before it starts (a wrapper named by TENSORBOARD_DATA_SERVER_BINARY,
@@ -23,9 +23,9 @@ START = """
 import sys, time
 from tensorboard.data import server_ingester
 from tensorboard.util import grpc_util
-from tbhub.supervisor import data_server_wait
+from tbhub.supervisor.data_server import port_wait
 if sys.argv[2] == "installed":
-    assert data_server_wait.install()
+    assert port_wait.install()
 started = time.perf_counter()
 ingester = server_ingester.SubprocessServerDataIngester(
     server_binary=server_ingester.get_server_binary(), logdir=sys.argv[1], reload_interval=30,
@@ -65,12 +65,12 @@ def test_the_board_stops_waiting_once_the_data_server_listens(tmp_path: Path) ->
 def test_install_is_idempotent_and_keeps_the_rest_of_time(monkeypatch: MonkeyPatch) -> None:
     from tensorboard.data import server_ingester
 
-    from tbhub.supervisor import data_server_wait
+    from tbhub.supervisor.data_server import port_wait
 
     # Put back as they were when the test ends: other tests of this process see TensorBoard's.
     monkeypatch.setattr(server_ingester, "time", server_ingester.time)
     monkeypatch.setattr(server_ingester, "_maybe_read_file", server_ingester._maybe_read_file)
-    assert data_server_wait.install()
-    assert data_server_wait.install()
-    assert isinstance(server_ingester.time, data_server_wait.PortWait)
+    assert port_wait.install()
+    assert port_wait.install()
+    assert isinstance(server_ingester.time, port_wait.PortWait)
     assert server_ingester.time.monotonic() > 0  # everything but sleep is time's own

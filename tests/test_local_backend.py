@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -13,8 +14,8 @@ import pytest
 
 from tbhub.core.processes import ProcessRef
 from tbhub.storage.sample_logs import write_run
-from tbhub.supervisor.backends.local import LocalBackend
-from tbhub.supervisor.observe import probe_ready
+from tbhub.supervisor.backends.local import BoardState, LocalBackend
+from tbhub.supervisor.observe import Observer, probe_ready
 from tbhub.supervisor.plan import Instance
 from tbhub.supervisor.state import board_spec
 from tests.scripts import write_script
@@ -107,6 +108,50 @@ def test_a_second_backend_adopts_what_the_first_started(
     assert successor.reap_unknown() == []
     successor.stop(successor.list_instances()[0])
     assert first.list_instances() == []  # also collects the exit status of first's child
+
+
+LISTENING = """\
+import time
+print("TensorBoard 0.0 at http://127.0.0.1:1/ (Press CTRL+C to quit)", flush=True)
+time.sleep(600)
+"""
+
+
+class ReadsCounted(LocalBackend):
+    """The local backend, noting which boards' state files it reads."""
+
+    read: list[str]
+
+    def _read_state(self, instance_id: str) -> BoardState | None:
+        self.read.append(instance_id)
+        return super()._read_state(instance_id)
+
+
+def test_relisting_the_starting_boards_reads_only_theirs(
+    tmp_path: Path, cleanup: list[LocalBackend]
+) -> None:
+    """While a board starts, the supervisor lists it again every few milliseconds to learn
+    its address (Observer.relisted): that looks at the boards it waits for, not at all."""
+    script = write_script(tmp_path / "listening-tensorboard", LISTENING)
+    backend = ReadsCounted(state_dir=tmp_path / "boards", owner=str(tmp_path),
+                           tensorboard_bin=str(script), stop_grace=2.0)  # fmt: skip
+    cleanup.append(backend)
+    others = [backend.start(board_spec(p, str(tmp_path))) for p in ("p", "q", "r")]
+    starting = backend.start(board_spec("s", str(tmp_path)))
+    deadline = time.monotonic() + 10
+    with ThreadPoolExecutor(1) as pool:
+        observer = Observer(backend, pool, probe_timeout=1.0)
+        relisted: list[Instance] = []
+        while not relisted or relisted[0].upstream is None:
+            assert time.monotonic() < deadline, "the board never printed its address"
+            backend.read = []
+            relisted = observer.relisted([starting])
+            assert backend.read == [starting.instance_id], "no other board's state is read"
+        observer.close()
+    assert [i.instance_id for i in relisted] == [starting.instance_id]
+    assert relisted[0].upstream == "127.0.0.1:1"
+    listed = {i.instance_id for i in backend.list_instances()}
+    assert listed == {i.instance_id for i in [*others, starting]}, "a full listing sees all"
 
 
 def test_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:

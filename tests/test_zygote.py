@@ -8,6 +8,7 @@ import os
 import resource
 import signal
 import socket
+import subprocess
 import sys
 import time
 import zipfile
@@ -325,3 +326,36 @@ def test_a_python_dash_m_program_is_forked_like_a_script(
         assert psutil.Process(launched.ref.pid).environ()[INSTANCE_ENV] == "m-1"
     finally:
         stop_group(launched.ref, grace=3)
+
+
+PRECOMPILED = """
+import sys
+from tbhub.supervisor import forked_board
+sys.path.insert(0, sys.argv[1])
+forked_board.precompile("launcher_like")
+import os
+os.remove(os.path.join(sys.argv[1], "launcher_like.py"))  # no source to compile from now
+forked_board.run_program(forked_board.Program("module", "launcher_like", ("--flag", "x")))
+"""
+LAUNCHER_LIKE = """
+import dataclasses, sys
+
+@dataclasses.dataclass(frozen=True)  # looks itself up in sys.modules, as the launcher's do
+class Args:
+    argv: tuple[str, ...]
+
+if __name__ == "__main__":
+    named = sys.argv[0].endswith("launcher_like.py")
+    print(__name__, __spec__.name, named, Args(tuple(sys.argv[1:])))
+"""
+
+
+def test_a_forked_board_runs_the_launcher_the_zygote_compiled_as_main(tmp_path: Path) -> None:
+    """The zygote compiles the launcher once (forked_board.precompile); each board runs that
+    code as `python -m` would run the module, compiling nothing again (here its source is
+    gone before it runs)."""
+    (tmp_path / "launcher_like.py").write_text(LAUNCHER_LIKE)
+    done = subprocess.run([sys.executable, "-c", PRECOMPILED, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == ("__main__ launcher_like True Args(argv=('--flag', 'x'))")

@@ -1,7 +1,7 @@
 """nginx keeps a board's answers for a second (TBHUB_BOARD_ANSWER_CACHE_SECONDS, 1 by default;
 nginx/tbhub.conf.j2, board_proxy) once the board has finished its first load of its logdir
-(supervisor/first_load.py): the readers of one board who ask the same URL cost it one
-answer, a board still loading gives each reader a fresh answer, the gate still judges every
+(supervisor/data_server/first_load.py): the readers of one board who ask the same URL cost it
+one answer, a board still loading gives each reader a fresh answer, the gate still judges every
 request before the kept answer is read, the control plane's answers under a board's URL (a
 listing made for one caller) are never kept, and no header of the board's sets how long an
 answer is kept or sends a request elsewhere."""

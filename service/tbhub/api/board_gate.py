@@ -223,12 +223,12 @@ def board_for(context: AppContext, board: BoardRef) -> BoardView | None:
     view = context.boards.get(board)
     if view is None or not view.serving:
         asked = context.boards.want_running(board)
-        if asked or not view_starting(view):
+        if asked or not board_starting(view):
             context.wake_supervisor()
     return view
 
 
-def view_starting(view: BoardView | None) -> bool:
+def board_starting(view: BoardView | None) -> bool:
     """The supervisor has started this board, which is wanted and not yet ready."""
     return (
         view is not None

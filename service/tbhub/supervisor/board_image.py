@@ -4,8 +4,8 @@ The image starts FROM scratch and holds exactly what a board runs:
 - the interpreter and its standard library (less tests, IDLE, tkinter, the static library);
 - TensorBoard and waitress (the board's HTTP server) with their requirements, copied from
   tbhub's own environment (`importlib.metadata`: the files each distribution's RECORD lists);
-- tbhub's launcher (`tbhub.supervisor.board_process`, with `board_assets`, `lazy_plugins`,
-  `data_server_wait`, `data_server_socket` and `first_load`) and nothing else of tbhub;
+- tbhub's launcher (`tbhub.supervisor.board_process`, with `board_assets`, `lazy_plugins`
+  and the `data_server` package) and nothing else of tbhub;
 - the shared libraries every ELF file among those links, as `ldd` resolves them;
 - /etc/passwd and /etc/group naming nobody, and an empty /tmp.
 
@@ -42,7 +42,7 @@ from tbhub.artifacts.rootfs import (
 )
 
 IMAGE_REPOSITORY = "tbhub-board"
-FORMAT = "3"  # raise when the layout below changes, so older images are not reused
+FORMAT = "4"  # raise when the layout below changes, so older images are not reused
 SITE = PurePosixPath("/opt/tbhub/site-packages")
 # A stable name for the interpreter (a link to it), whatever path it has on the build host.
 IMAGE_PYTHON = "/opt/tbhub/bin/python"
@@ -56,12 +56,13 @@ BOARD_PORT = 6006  # TensorBoard's port inside a board container
 ROOT_DISTRIBUTIONS = ("tensorboard", "waitress", "torch-tb-profiler")
 LAUNCHER = "supervisor/board_process.py"  # the module of tbhub a board runs
 # The modules of tbhub a board imports: the launcher, its static files' validators, the
-# lazy loader of heavy plugins, the quicker wait for TensorBoard's data server, the
-# TCP_NODELAY on its socket, and the watch on its first load (which says when nginx may keep
-# the board's answers).
+# lazy loader of heavy plugins, and the data_server package (the quicker wait for
+# TensorBoard's data server, the TCP_NODELAY on its socket, and the watch on its first load,
+# which says when nginx may keep the board's answers).
+DATA_SERVER_MODULES = tuple(f"supervisor/data_server/{name}.py" for name in (
+    "__init__", "ingester", "port_wait", "no_delay", "first_load"))  # fmt: skip
 LAUNCHER_MODULES = (LAUNCHER, "supervisor/board_assets.py", "supervisor/lazy_plugins.py",
-                    "supervisor/data_server_wait.py", "supervisor/data_server_socket.py",
-                    "supervisor/first_load.py")  # fmt: skip
+                    *DATA_SERVER_MODULES)  # fmt: skip
 # Its packages' __init__ files, written as these stubs: the image does not change with them.
 PACKAGE_STUBS = {
     "__init__.py": b'"""tbhub: only the board launcher, in a board image."""\n',

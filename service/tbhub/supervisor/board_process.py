@@ -29,11 +29,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tbhub.supervisor import data_server_socket, data_server_wait, first_load
+from tbhub.supervisor import data_server
 from tbhub.supervisor.board_assets import BoardAssets, installed_assets
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS, lazy_loader
 
-# The board image holds this module and the five above, alone of tbhub.
+# The board image holds this module and those above (the data_server package whole), alone
+# of tbhub.
 if TYPE_CHECKING:
     from tbhub.supervisor.model import BoardSpec
 
@@ -419,7 +420,7 @@ def board_server(
     flags: Any,
     *,
     middleware: Middleware | None = None,
-    loading: first_load.FirstLoad | None = None,
+    loading: data_server.FirstLoad | None = None,
 ) -> Any:
     """TensorBoard's `server_class` hook: the board's WSGI app (wrapped in `middleware`, if
     given) served by waitress, on the host and port of TensorBoard's flags (port 0: one the
@@ -432,7 +433,7 @@ def board_server(
         wsgi_app = middleware(wsgi_app)
     wsgi_app = BoardAssets(wsgi_app, flags.path_prefix or "", installed_assets())
     if loading is not None:
-        wsgi_app = first_load.MarkLoaded(wsgi_app, loading)
+        wsgi_app = data_server.first_load.MarkLoaded(wsgi_app, loading)
     wsgi_app = _Counted(wsgi_app)
 
     class BoardServer(program.TensorBoardServer):
@@ -470,9 +471,7 @@ def run_board(args: Sequence[str], *, middleware: Middleware | None = None) -> i
     from tensorboard.plugins import base_plugin
 
     raise_open_file_limit()
-    data_server_wait.install()
-    data_server_socket.install()
-    loading = first_load.install()
+    loading = data_server.install()
     launcher = split_args(args)
     flags = launcher.flags
     if launcher.plugin_path and launcher.plugin_path not in sys.path:

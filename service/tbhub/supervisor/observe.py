@@ -70,9 +70,10 @@ class Observer:
 
     def relisted(self, instances: list[Instance]) -> list[Instance]:
         """`instances` as the backend lists them now (an address learnt since), those still
-        alive; outside a pass, with no probe."""
+        alive; outside a pass, with no probe. The backend looks at these alone: the loop asks
+        every RELIST_POLL while a board starts, and the other boards have not changed."""
         wanted = {i.instance_id for i in instances}
-        return [i for i in self.backend.list_instances() if i.instance_id in wanted and i.alive]
+        return [i for i in self.backend.list_instances(only=wanted) if i.alive]
 
     def ready(self, instance: Instance, *, timeout: float) -> bool:
         """One health probe of `instance` outside a pass, given at most `timeout` seconds."""

@@ -44,8 +44,12 @@ from typing import Any
 
 import psutil
 
-from tbhub.supervisor.board_process import installed_entry_points, release_free_heap
-from tbhub.supervisor.forked_board import become_board, in_process_program
+from tbhub.supervisor.board_process import (
+    installed_entry_points,
+    launcher_command,
+    release_free_heap,
+)
+from tbhub.supervisor.forked_board import become_board, in_process_program, precompile
 from tbhub.supervisor.lazy_plugins import LAZY_PLUGINS
 
 SOCKET_NAME = "zygote.sock"
@@ -111,6 +115,7 @@ def warm_up() -> str:
     getattr(tf, "__version__", None)  # resolves the lazy TensorFlow stub once
     server_ingester.get_server_binary()
     mimetypes.init()  # the system's type map, which TensorBoard's first answer reads (0.3 MiB)
+    precompile(launcher_command()[-1])  # the module every board runs as __main__
     _share_web_assets()
     return str(version.VERSION)
 

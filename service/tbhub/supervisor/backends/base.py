@@ -7,6 +7,7 @@ supervisor adopts the boards still alive and reaps the ones it does not know.
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Protocol
 
 from tbhub.supervisor.plan import BoardSpec, Instance
@@ -23,8 +24,9 @@ class Backend(Protocol):
         `force`: SIGKILL at once (a hung board answers no signal it could catch)."""
         ...
 
-    def list_instances(self) -> list[Instance]:
-        """Every instance this backend started and still remembers, alive or not.
+    def list_instances(self, only: Set[str] | None = None) -> list[Instance]:
+        """Every instance this backend started and still remembers, alive or not; with
+        `only`, those of these instance ids alone, the others not looked at.
 
         An instance that is no longer alive says why in `exit_reason` when the backend
         knows (`oom`: killed by the kernel at its cgroup memory limit)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Set
 from typing import Any
 
 import docker
@@ -135,10 +136,12 @@ class DockerBackend:
                 self._wait_exit(container_id)
         self.forget(instance)
 
-    def list_instances(self) -> list[Instance]:
+    def list_instances(self, only: Set[str] | None = None) -> list[Instance]:
         instances = []
-        ids = {}
+        ids = {} if only is None else dict(self._ids)
         for summary in self._labelled():
+            if only is not None and (summary.get("Labels") or {}).get(INSTANCE) not in only:
+                continue
             alive = summary.get("State") in ("running", "paused")
             exit_reason = None
             if not alive and oom_killed(self.client, summary["Id"]):

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Set
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -133,13 +134,14 @@ class LocalBackend:
             )
         self.forget(instance)
 
-    def list_instances(self) -> list[Instance]:
+    def list_instances(self, only: Set[str] | None = None) -> list[Instance]:
         self.launcher.maintain()
         for instance_id in list(self._children):
             self._reap_child(instance_id)
         instances = []
-        for path in sorted(self.state_dir.glob("*.json")):
-            state = self._read_state(path.stem)
+        known = (p.stem for p in self.state_dir.glob("*.json")) if only is None else only
+        for instance_id in sorted(known):
+            state = self._read_state(instance_id)
             if state is None:
                 continue
             alive = state.ref.is_alive()

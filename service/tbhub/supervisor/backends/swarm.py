@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Set
 from typing import Any
 
 import docker
@@ -31,6 +32,7 @@ from docker.types import EndpointSpec, Mount, Resources, RestartPolicy
 
 from tbhub.core.errors import ConfigError
 from tbhub.supervisor.backends.containers import (
+    INSTANCE,
     LOG_OPTIONS,
     BoardContainers,
     container_args,
@@ -124,17 +126,19 @@ class SwarmBackend:
                     self.client.api.kill(container_id, signal="SIGKILL")
         self.forget(instance)
 
-    def list_instances(self) -> list[Instance]:
-        services = self._labelled()
+    def list_instances(self, only: Set[str] | None = None) -> list[Instance]:
+        services = [s for s in self._labelled() if only is None or _labels(s).get(INSTANCE) in only]
         tasks = self._newest_tasks([s["ID"] for s in services])
         instances = []
-        seen: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        seen: dict[str, tuple[str, dict[str, Any] | None]] = (
+            {} if only is None else dict(self._services)
+        )
         for service in services:
             task = tasks.get(service["ID"])
             state = (task or {}).get("Status", {}).get("State", "new")
             alive = state in LIVE_STATES
             found = instance_from_labels(
-                service.get("Spec", {}).get("Labels") or {},
+                _labels(service),
                 alive=alive,
                 upstream=self._upstream(task) if alive and task else None,
                 exit_reason=None if alive or task is None else self._exit_reason(task),
@@ -270,3 +274,7 @@ class SwarmBackend:
         if not container_id:
             return None
         return "oom" if oom_killed(self.client, container_id) else None
+
+
+def _labels(service: dict[str, Any]) -> dict[str, str]:
+    return service.get("Spec", {}).get("Labels") or {}

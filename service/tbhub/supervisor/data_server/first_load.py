@@ -29,7 +29,10 @@ import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from types import ModuleType
+from typing import IO, Any, ClassVar
+
+from tbhub.supervisor.data_server.ingester import StandIn, ingester
 
 LOADED_HEADER = "X-Tbhub-Board-Loaded"
 FINISHED = b"Finished load cycle"
@@ -82,29 +85,27 @@ def _write_all(fd: int, data: bytes) -> None:
             return
 
 
-class _Subprocess:
+class _Subprocess(StandIn):
     """Stands in for `subprocess` in TensorBoard's data-server module: only `Popen` differs."""
+
+    module: ClassVar[ModuleType] = subprocess
 
     def __init__(self, first_load: FirstLoad) -> None:
         self.first_load = first_load
         self.Popen: Callable[..., subprocess.Popen[bytes]] = first_load.popen
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(subprocess, name)
-
 
 def install() -> FirstLoad | None:
     """Make this process's TensorBoard start its data server through a `FirstLoad`; None if
     TensorBoard's module has changed shape (then no answer is ever marked)."""
-    from tensorboard.data import server_ingester as ingester
-
-    current = getattr(ingester, "subprocess", None)
+    module = ingester()
+    current = getattr(module, "subprocess", None)
     if isinstance(current, _Subprocess):
         return current.first_load
     if current is not subprocess:
         return None
     first_load = FirstLoad()
-    ingester.subprocess = _Subprocess(first_load)  # type: ignore[assignment]
+    module.subprocess = _Subprocess(first_load)
     return first_load
 
 

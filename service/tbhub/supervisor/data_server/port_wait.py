@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import ClassVar
+
+from tbhub.supervisor.data_server.ingester import StandIn, ingester
 
 POLL_S = 0.005  # between reads of the port file while the loop would sleep
 
 
-class PortWait:
+class PortWait(StandIn):
     """Stands in for `time` in TensorBoard's data-server module: only `sleep` differs."""
+
+    module: ClassVar[ModuleType] = time
 
     def __init__(self, read: Callable[[str], str | None]) -> None:
         self._read = read
@@ -50,22 +55,18 @@ class PortWait:
         except OSError:
             return False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
 
 def install() -> bool:
     """Make this process's TensorBoard stop waiting on its data server once it listens.
     True if installed (or already), False if TensorBoard's module has changed shape."""
-    from tensorboard.data import server_ingester as ingester
-
-    current = getattr(ingester, "time", None)
+    module = ingester()
+    current = getattr(module, "time", None)
     if isinstance(current, PortWait):
         return True
-    read = getattr(ingester, "_maybe_read_file", None)
+    read = getattr(module, "_maybe_read_file", None)
     if current is not time or not callable(read):
         return False
     wait = PortWait(read)
-    ingester.time = wait  # type: ignore[assignment]
-    ingester._maybe_read_file = wait.read
+    module.time = wait
+    module._maybe_read_file = wait.read
     return True

@@ -26,6 +26,8 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tbhub.supervisor.data_server.ingester import ingester
+
 # pidfd_getfd(2): the same number on every architecture (new system calls are numbered alike).
 _PIDFD_GETFD = 438
 
@@ -95,9 +97,8 @@ def _port_of(address: str) -> int | None:
 def install() -> bool:
     """Make this process's TensorBoard set TCP_NODELAY on its data server's listener before it
     connects. True if installed (or already), False if TensorBoard's module has changed shape."""
-    from tensorboard.data import server_ingester as ingester
-
-    make_stub = getattr(ingester, "_make_stub", None)
+    module = ingester()
+    make_stub = getattr(module, "_make_stub", None)
     if not callable(make_stub):
         return False
     if getattr(make_stub, "_tbhub_no_delay", False):
@@ -116,5 +117,5 @@ def install() -> bool:
         stub._tbhub_no_delay = True  # type: ignore[attr-defined]
         return stub
 
-    ingester._make_stub = no_delay_then(make_stub)
+    module._make_stub = no_delay_then(make_stub)
     return True
