@@ -12,7 +12,7 @@ runs named view-NNNN. Each round, for the view's board and the project's board i
   start, the supervisor's sync of the view's hard links included). As a person's starting
   page does (`--method follow`, the default): the board's state long-polled
   (`GET /api/v1/boards/<board>/state?since=board_starting&wait=25`, which also asks for the
-  stopped board) until it says `ready`, then /data/runs, asked again every 10 ms only while
+  stopped board) until it says `ready`, then /data/runs, asked again every 50 ms only while
   it lists fewer runs than it should (a board still on its first load of the logdir).
   `--method poll` is the older way: /data/runs asked every 50 ms from the start, each ask
   answered by the control plane while the board starts, so the clock moved in steps of
@@ -74,8 +74,10 @@ METHOD = "follow"
 # (each answered by the control plane while the board starts) slow the start they measure.
 POLL_S = 0.05
 # follow: seconds between asks for /data/runs once the board serves but lists fewer runs
-# than it should (still on its first load), and the long-poll's wait (the page's).
-RELIST_S = 0.01
+# than it should (still on its first load), and the long-poll's wait (the page's). As
+# POLL_S: each ask of a board still loading 5,000 runs is a listing it makes again, so
+# asking more often would slow the whole project's load the view is compared with.
+RELIST_S = POLL_S
 STATE_WAIT_S = 25
 # The whole project's first chart settles only once its 5,000 runs' points have come in.
 charts.TIMEOUT_MS = 600_000
