@@ -111,3 +111,18 @@ def test_the_default_is_one_process_a_core_and_at_most_four(
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
     assert make_settings(tmp_path).api_workers == workers
     assert make_settings(tmp_path, api_workers=1).api_workers == 1
+
+
+def test_password_sign_ins_go_to_the_first_process_and_to_a_worker_only_as_a_backup(
+    tmp_path: Path,
+) -> None:
+    """Failed sign-ins are counted per process: all of them in one keeps the lockout."""
+    text = render_config(make_settings(tmp_path), ADDRESSES)
+    location = text.split("location = /auth/login {")[1].split("}")[0]
+    assert "proxy_pass http://tbhub_sign_in;" in location
+    block = text.split("upstream tbhub_sign_in {")[1].split("}")[0]
+    assert re.findall(r"server (\S+);", block) == ADDRESSES[:1]
+    assert re.findall(r"server (\S+) backup;", block) == ADDRESSES[1:]
+    one = render_config(make_settings(tmp_path))
+    assert "proxy_pass http://tbhub_control_plane;" in one.split("location = /auth/login {")[1]
+    assert "tbhub_sign_in" not in one

@@ -234,3 +234,18 @@ def test_uploads_go_to_the_workers_and_not_to_the_first_process(
     assert set(uploads) == {worker}, "an upload went to the first process"
     rest = re.findall(r'"GET /api/v1/projects/vision HTTP/1.1" 200 .* upstream=(\S+)', log)
     assert set(rest) == {first, worker}, "nginx no longer spreads the rest of the API"
+
+
+def test_failed_sign_ins_lock_out_as_with_one_process(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    """Failed sign-ins are counted in the memory of the process that answers them: nginx
+    sends every password sign-in to the first process, so after 5 failures from an
+    address the next attempts wait (auth/throttle.py), as with one process; spread over
+    two, each would have seen 3 or 4 by the 7th."""
+    server = alice_of_vision(make_server)
+    server.start("--workers", "2")
+    client = server.client()
+    form = {"username": "alice", "password": "wrong", "csrf_token": form_token(client)}
+    answers = [client.post("/auth/login", data=form).status_code for _ in range(7)]
+    assert answers == [401] * 5 + [429] * 2, answers
