@@ -4,6 +4,7 @@ survives the trip (tests/e2e/test_api_workers.py runs real ones)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import subprocess
@@ -77,3 +78,51 @@ def test_a_worker_gets_the_settings_with_their_secret(tmp_path: Path) -> None:
     assert back == spec
     assert back.settings.secret_key is not None
     assert back.settings.secret_key.get_secret_value() == "s" * 40
+
+
+def uploads_location(text: str) -> str:
+    return text.split(
+        'location ~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/files/" {'
+    )[1].split("}")[0]
+
+
+def test_uploads_go_to_the_workers_and_to_the_first_process_only_as_a_backup(
+    tmp_path: Path,
+) -> None:
+    """The first process runs the watcher and run health, which read what is uploaded."""
+    text = render_config(make_settings(tmp_path), ADDRESSES)
+    assert "proxy_pass http://tbhub_uploads;" in uploads_location(text)
+    block = text.split("upstream tbhub_uploads {")[1].split("}")[0]
+    assert re.findall(r"server (\S+);", block) == ADDRESSES[1:]
+    assert re.findall(r"server (\S+) backup;", block) == ADDRESSES[:1]
+    assert "least_conn;" in block and "keepalive 96;" in block
+
+
+def test_with_one_process_uploads_go_to_it(tmp_path: Path) -> None:
+    text = render_config(make_settings(tmp_path))
+    assert "proxy_pass http://tbhub_control_plane;" in uploads_location(text)
+    assert "tbhub_uploads" not in text
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 2), (3, 3), (4, 4), (64, 4)])
+def test_the_default_is_one_process_a_core_and_at_most_four(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, workers: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    assert make_settings(tmp_path).api_workers == workers
+    assert make_settings(tmp_path, api_workers=1).api_workers == 1
+
+
+def test_password_sign_ins_go_to_the_first_process_and_to_a_worker_only_as_a_backup(
+    tmp_path: Path,
+) -> None:
+    """Failed sign-ins are counted per process: all of them in one keeps the lockout."""
+    text = render_config(make_settings(tmp_path), ADDRESSES)
+    location = text.split("location = /auth/login {")[1].split("}")[0]
+    assert "proxy_pass http://tbhub_sign_in;" in location
+    block = text.split("upstream tbhub_sign_in {")[1].split("}")[0]
+    assert re.findall(r"server (\S+);", block) == ADDRESSES[:1]
+    assert re.findall(r"server (\S+) backup;", block) == ADDRESSES[1:]
+    one = render_config(make_settings(tmp_path))
+    assert "proxy_pass http://tbhub_control_plane;" in one.split("location = /auth/login {")[1]
+    assert "tbhub_sign_in" not in one

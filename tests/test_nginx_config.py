@@ -44,6 +44,7 @@ def test_every_proxied_location_clears_every_identity_header(tmp_path: Path) -> 
         '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/files/"',
         '~ "^/api/v1/projects/[a-z0-9][a-z0-9-]{0,62}/runs/[0-9]+/contents/"',
         "@control_plane",
+        "= /auth/login",
         "/",
     }
     assert "deny all;" in proxied["= /metrics"]

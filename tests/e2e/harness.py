@@ -92,6 +92,9 @@ class TbhubServer:
             "TBHUB_RECONCILE_INTERVAL": "1",
             "TBHUB_BOARD_STOP_GRACE": "3",
             "TBHUB_CONFIG": str(root / "absent.toml"),
+            # One process unless a test asks for more (`--workers`): the default is one a
+            # core, and most tests start servers for what the count does not change.
+            "TBHUB_API_WORKERS": "1",
             **{f"TBHUB_{k.upper()}": v for k, v in settings.items()},
         }
         # Replicas of one installation share these (tests/e2e/test_replicas.py).

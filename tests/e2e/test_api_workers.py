@@ -9,10 +9,13 @@ import os
 import re
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
+from tbhub.client.upload import Uploader
+from tbhub.storage.sample_logs import write_run
 from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_supervisor_restart import gone
@@ -197,3 +200,52 @@ def test_an_admin_cli_change_ends_access_in_every_process_at_once(
     assert [hook(client) for client in callers["bob"]] == [403, 403]
     server.cli("admin", "user", "disable", "alice")
     assert [hook(client) for client in callers["alice"]] == [401, 401]
+
+
+def test_uploads_go_to_the_workers_and_not_to_the_first_process(
+    make_server: Callable[..., TbhubServer], tmp_path: Path
+) -> None:
+    """The first process runs the watcher and run health, which read every uploaded event
+    file: nginx sends the uploads (chunks, whole files, batches, listings) to the workers,
+    and the rest of the API to both. The files arrive whole, the event file readable."""
+    server = alice_of_vision(make_server)
+    server.start("--workers", "2")
+    first, worker = control_plane(server)
+    api = server.token_client(server.add_token("alice", ["vision"]))
+    run = api.post("/api/v1/projects/vision/runs", json={"name": "spread"}).json()
+    local = tmp_path / "run"
+    write_run(local / "train", steps=50, tags=2)
+    (local / "model.pt").write_bytes(os.urandom((3 << 20) + 5))
+    for index in range(30):
+        (local / "samples" / f"{index}.json").parent.mkdir(exist_ok=True)
+        (local / "samples" / f"{index}.json").write_text(json.dumps({"step": index}))
+    uploader = Uploader(api, str(run["upload_url"]), local, chunk_bytes=1 << 20, parallel=4)
+    assert uploader.sync(final=True).bytes_sent > 3 << 20
+    for _ in range(10):
+        assert api.get("/api/v1/projects/vision").status_code == 200
+    stored = server.storage / "vision" / str(run["path"])
+    assert (stored / "model.pt").read_bytes() == (local / "model.pt").read_bytes()
+
+    server.stop()  # nginx writes its access log out as it stops
+    log = (server.data_dir / "nginx" / "logs" / "nginx-access.log").read_text()
+    uploads = re.findall(r'"(?:GET|PATCH|PUT|POST) /api/v1/projects/vision/runs/\d+/files/'
+                         r'\S* HTTP/1.1" 20\d .* upstream=(\S+)', log)  # fmt: skip
+    assert len(uploads) >= 6
+    assert set(uploads) == {worker}, "an upload went to the first process"
+    rest = re.findall(r'"GET /api/v1/projects/vision HTTP/1.1" 200 .* upstream=(\S+)', log)
+    assert set(rest) == {first, worker}, "nginx no longer spreads the rest of the API"
+
+
+def test_failed_sign_ins_lock_out_as_with_one_process(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    """Failed sign-ins are counted in the memory of the process that answers them: nginx
+    sends every password sign-in to the first process, so after 5 failures from an
+    address the next attempts wait (auth/throttle.py), as with one process; spread over
+    two, each would have seen 3 or 4 by the 7th."""
+    server = alice_of_vision(make_server)
+    server.start("--workers", "2")
+    client = server.client()
+    form = {"username": "alice", "password": "wrong", "csrf_token": form_token(client)}
+    answers = [client.post("/auth/login", data=form).status_code for _ in range(7)]
+    assert answers == [401] * 5 + [429] * 2, answers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from urllib.parse import urlsplit
 
@@ -13,6 +14,18 @@ HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]
 # Addresses that mean "every interface": nobody opens them in a browser.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::"})
 MAX_API_WORKERS = 16
+DEFAULT_API_WORKERS_CAP = 4  # the default's ceiling, however many cores the host has
+
+
+def default_api_workers() -> int:
+    """One process per core this process may run on, at most DEFAULT_API_WORKERS_CAP: a
+    single process's interpreter lock was the limit of uploads and registrations (see
+    docs/operations/replicas.md), and an idle worker costs only its memory."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, DEFAULT_API_WORKERS_CAP))
 
 
 class NetworkSettings(BaseModel):
@@ -36,13 +49,13 @@ class NetworkSettings(BaseModel):
         description="Loopback port of the control plane behind nginx.",
     )
     api_workers: int = Field(
-        default=1,
+        default_factory=default_api_workers,
         ge=1,
         le=MAX_API_WORKERS,
         description="Processes that answer the control plane's HTTP (the API, the pages, the "
-        "auth hook), nginx spreading requests across them. One of them also runs this "
-        "replica's supervisor, watcher and jobs; more help a host with cores to spare "
-        "take registrations from many jobs at once.",
+        "auth hook), nginx spreading requests across them; by default one per core, at "
+        f"most {DEFAULT_API_WORKERS_CAP}. One of them also runs this replica's supervisor, "
+        "watcher, run health and jobs; uploads go to the others while they answer.",
     )
     trusted_proxies: list[str] = Field(
         default_factory=list,
