@@ -73,7 +73,7 @@ def test_the_worker_count_is_bounded(tmp_path: Path, workers: int) -> None:
 
 def test_a_worker_gets_the_settings_with_their_secret(tmp_path: Path) -> None:
     spec = WorkerSpec(settings=make_settings(tmp_path, api_workers=2), parent=1, listen_fd=3,
-                      wake_fd=4, origin="abc")  # fmt: skip
+                      wake_fd=4, changes_fd=5, origin="abc")  # fmt: skip
     back = pickle.loads(pickle.dumps(spec))
     assert back == spec
     assert back.settings.secret_key is not None

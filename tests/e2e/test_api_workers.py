@@ -1,6 +1,7 @@
 """`tbhub serve --workers 2` on real nginx: the control plane's requests land in both
 processes, a sign-out, a revoked token or a removed member in one process ends access in
-the other at once, and no worker outlives the server, stopped or killed."""
+the other at once, a board's readers in a worker hear it is ready when the first process's
+do, and no worker outlives the server, stopped or killed."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tbhub.client.upload import Uploader
-from tbhub.storage.sample_logs import write_run
+from tbhub.storage.sample_logs import write_project, write_run
 from tests.e2e.conftest import BOTH_DATABASES
 from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.test_supervisor_restart import gone
@@ -249,3 +252,39 @@ def test_failed_sign_ins_lock_out_as_with_one_process(
     form = {"username": "alice", "password": "wrong", "csrf_token": form_token(client)}
     answers = [client.post("/auth/login", data=form).status_code for _ in range(7)]
     assert answers == [401] * 5 + [429] * 2, answers
+
+
+# How much later than the first process's a worker's long-poll may see a board ready. Before
+# the workers heard of the supervisor's writes, they read the board again every 0.5 s, from a
+# snapshot up to 1 s old.
+HEARD_WITHIN_S = 0.25
+
+
+def test_a_worker_hears_a_board_is_ready_when_the_first_process_does(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    server.add_user("alice", "alice-password")
+    projects = ("vision", "speech", "audio")
+    for name in projects:
+        write_project(server.add_project(name, owner="alice"), runs=1, steps=5, tags=1)
+    server.start("--workers", "2")
+    first, second = control_plane(server)
+    alice = server.sign_in("alice", "alice-password")
+    on = {address: direct(server, alice, address) for address in (first, second)}
+
+    def ready_at(address: str, project: str) -> float:
+        """When this process's long-poll on the stopped board answers `ready`."""
+        answer = on[address].get(f"/api/v1/boards/{project}/state",
+                                 params={"since": "board_starting", "wait": 20})  # fmt: skip
+        assert answer.status_code == 200 and answer.json()["state"] == "ready", answer.text
+        return time.monotonic()
+
+    # Three boards, each stopped until both processes' readers ask for it at once.
+    with ThreadPoolExecutor(2) as pool:
+        for project in projects:
+            heard = [pool.submit(ready_at, address, project) for address in (first, second)]
+            at_first, at_worker = (future.result(timeout=30) for future in heard)
+            assert at_worker - at_first < HEARD_WITHIN_S, (
+                f"{project}: the worker heard {at_worker - at_first:.2f} s after the first process"
+            )

@@ -76,6 +76,8 @@ class AppContext:
     board_metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
     # The supervisor's wake-ups for starting pages that wait on a board (api/board_state.py).
     board_changes: BoardChanges = field(default_factory=BoardChanges)
+    # Passes the supervisor's wake-ups on to this server's API workers (serve/workers.py).
+    tell_workers: Callable[[], None] = lambda: None
     sessions: LiveSessions = field(init=False)  # which sessions are live, for the auth hook
     restrictions: RestrictionCache = field(init=False)  # dashboards restricted per project
 

@@ -4,6 +4,8 @@ duties: the supervisor, the watcher, the monitor and the jobs run in the first p
 What it sees for that process it passes on: a wish for a board wakes the supervisor through
 a pipe, the boards its auth hook let people into are written for the idle culler, and a
 change of who may do what bumps the caches' shared generations (core/cache_generations.py).
+What the supervisor writes comes back through a pipe of its own: the worker reads the boards
+again and wakes its waiters at once, as the first process does.
 
     python -m tbhub.serve.api_worker   (a pickled WorkerSpec on stdin)
 """
@@ -26,6 +28,7 @@ from tbhub.core.processes import end_with_parent
 from tbhub.http.deps import AppContext
 from tbhub.serve.app import build_context, create_app
 from tbhub.serve.cache_events import announcer, on_postgresql
+from tbhub.serve.duties import board_observed
 from tbhub.serve.replica import write_accesses
 from tbhub.serve.server import start_metrics
 from tbhub.serve.workers import WorkerSpec
@@ -74,6 +77,21 @@ def waker(fd: int) -> Callable[[], None]:
     return wake
 
 
+def follow_board_changes(fd: int, context: AppContext) -> threading.Thread:
+    """A thread that, for each byte from the first process (the supervisor wrote a change),
+    drops the worker's snapshot of the boards and wakes its starting pages and held
+    navigations; it ends with the pipe (the first process gone)."""
+
+    def follow() -> None:
+        with os.fdopen(fd, "rb", buffering=0) as changes:
+            while changes.read(512):
+                board_observed(context)
+
+    thread = threading.Thread(target=follow, name="tbhub-board-changes", daemon=True)
+    thread.start()
+    return thread
+
+
 def run(spec: WorkerSpec) -> None:
     end_with_parent(spec.parent)
     settings = spec.settings
@@ -84,6 +102,7 @@ def run(spec: WorkerSpec) -> None:
     if on_postgresql(settings.db_url):
         context.generations.announce = announcer(context.engine, spec.origin)
     context.wake_supervisor = waker(spec.wake_fd)
+    follow_board_changes(spec.changes_fd, context)
     app = create_app(context, duties=AccessWriter(context))
     listener = socket.socket(fileno=spec.listen_fd)
     load_reader()

@@ -68,9 +68,11 @@ def start_watcher(
 
 def board_observed(context: AppContext) -> None:
     """The supervisor wrote a change: the gate reads the boards again, and starting pages
-    waiting on one answer now (api/board_state.py)."""
+    waiting on one answer now (api/board_state.py), in this process and in every API worker
+    (which calls this in turn, its own `tell_workers` doing nothing)."""
     context.boards.invalidate()
     context.board_changes.notify()
+    context.tell_workers()
 
 
 def start_monitor(settings: Settings, context: AppContext) -> HealthMonitor | None:

@@ -107,6 +107,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     replica.join()
     listener = bind_loopback(settings.api_port)
     workers = ApiWorkers(settings, wake=replica.wake, origin=origin)
+    context.tell_workers = workers.board_changed
     nginx = (
         NginxMaster(settings, api_addresses=[settings.api_address, *workers.addresses])
         if with_nginx

@@ -11,7 +11,9 @@ A worker that exits while the server runs is started again on the same socket, w
 first process keeps open for it (nginx's requests queue there meanwhile); one that keeps
 exiting (RESTART_LIMIT times within RESTART_WINDOW) is left down until that window has
 passed, with an error logged, and nginx sends its share to the others meanwhile. A
-worker's wish for a board reaches the supervisor through a pipe this module reads.
+worker's wish for a board reaches the supervisor through a pipe this module reads; the
+other way, a pipe to each worker tells it the supervisor wrote a change (`board_changed`),
+so its gate and its starting pages' long-polls see a board ready as the first process's do.
 """
 
 from __future__ import annotations
@@ -50,12 +52,14 @@ RESTART_LIMIT, RESTART_WINDOW = 5, 60.0  # restarts of one worker within that ma
 @dataclass(frozen=True)
 class WorkerSpec:
     """What `tbhub serve` hands a worker: its settings, the listening socket's descriptor,
-    the write end of the wake-up pipe, and the server's name in cache notifications."""
+    the write end of the wake-up pipe, the read end of its board-changes pipe, and the
+    server's name in cache notifications."""
 
     settings: Settings
     parent: int
     listen_fd: int
     wake_fd: int
+    changes_fd: int
     origin: str
 
 
@@ -86,6 +90,10 @@ class ApiWorkers:
         self._children: list[tuple[subprocess.Popen[bytes], ProcessRef]] = []
         self._restarts: list[list[float]] = [[] for _ in self._sockets]  # when, per worker
         self._wake_read, self._wake_write = os.pipe()
+        # The write end of each worker's board-changes pipe; replaced, under the lock, when
+        # the worker is started again (a closed number may be reused by any other file).
+        self._changes: list[int] = [-1 for _ in self._sockets]
+        self._changes_lock = threading.Lock()
         self._waker: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -101,7 +109,7 @@ class ApiWorkers:
             return
         self._waker = threading.Thread(target=self._pass_wakes, name="tbhub-wakes", daemon=True)
         self._waker.start()
-        self._children = [self._spawn(sock) for sock in self._sockets]
+        self._children = [self._spawn(index) for index in range(len(self._sockets))]
         self._write_record()
         for (child, _ref), address in zip(self._children, self.addresses, strict=True):
             self._wait_ready(child, address)
@@ -113,18 +121,33 @@ class ApiWorkers:
                                          daemon=True)  # fmt: skip
         self._watcher.start()
 
-    def _spawn(self, sock: socket.socket) -> tuple[subprocess.Popen[bytes], ProcessRef]:
-        """One worker answering on `sock` (this process keeps its copy open and never
-        accepts on it, so a worker started again later listens on the same port)."""
+    def _spawn(self, index: int) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+        """Worker `index`, answering on its socket (this process keeps its copy open and
+        never accepts on it, so a worker started again later listens on the same port), with
+        a new board-changes pipe."""
+        sock = self._sockets[index]
+        changes_read, changes_write = os.pipe()
+        os.set_blocking(changes_write, False)
         spec = WorkerSpec(settings=self.settings, parent=os.getpid(), listen_fd=sock.fileno(),
-                          wake_fd=self._wake_write, origin=self.origin)  # fmt: skip
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tbhub.serve.api_worker"],
-            stdin=subprocess.PIPE,
-            pass_fds=(sock.fileno(), self._wake_write),
-            # A terminal's Ctrl-C reaches `tbhub serve` alone, which stops them in turn.
-            start_new_session=True,
-        )
+                          wake_fd=self._wake_write, changes_fd=changes_read,
+                          origin=self.origin)  # fmt: skip
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "tbhub.serve.api_worker"],
+                stdin=subprocess.PIPE,
+                pass_fds=(sock.fileno(), self._wake_write, changes_read),
+                # A terminal's Ctrl-C reaches `tbhub serve` alone, which stops them in turn.
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(changes_write)
+            raise
+        finally:
+            os.close(changes_read)  # the worker's now
+        with self._changes_lock:
+            if self._changes[index] >= 0:
+                os.close(self._changes[index])
+            self._changes[index] = changes_write
         assert child.stdin is not None
         child.stdin.write(pickle.dumps(spec))
         child.stdin.close()
@@ -157,7 +180,7 @@ class ApiWorkers:
                             self.addresses[index], child.returncode)  # fmt: skip
                 forget_process(ref.pid)
                 self._restarts[index] = [*recent, now]
-                self._children[index] = self._spawn(self._sockets[index])
+                self._children[index] = self._spawn(index)
                 self._write_record()
 
     def _wait_ready(self, child: subprocess.Popen[bytes], address: str) -> None:
@@ -172,6 +195,18 @@ class ApiWorkers:
                 pass
             time.sleep(0.05)
         raise ConfigError(f"the API worker on {address} did not answer in {READY_SECONDS:.0f} s")
+
+    def board_changed(self) -> None:
+        """The supervisor wrote a change: a byte to every worker (serve/api_worker.py reads
+        the boards again and wakes its waiters). A full pipe has a wake-up pending already."""
+        with self._changes_lock:
+            for fd in self._changes:
+                if fd < 0:
+                    continue
+                try:
+                    os.write(fd, b"c")
+                except (BlockingIOError, BrokenPipeError):  # pending; or a worker gone
+                    continue
 
     def _pass_wakes(self) -> None:
         """A byte from any worker: someone waits for a board."""
@@ -198,6 +233,11 @@ class ApiWorkers:
             child.wait(timeout=5)
             forget_process(ref.pid)
         self._children = []
+        with self._changes_lock:
+            for fd in self._changes:
+                if fd >= 0:
+                    os.close(fd)
+            self._changes = [-1 for _ in self._sockets]
         self.record.unlink(missing_ok=True)
         for sock in self._sockets:
             sock.close()
