@@ -17,6 +17,7 @@ from tbhub.serve.nginx import (
     render_config,
     write_config,
 )
+from tbhub.serve.server import API_KEEP_ALIVE_SECONDS
 
 
 def make_settings(tmp_path: Path) -> Settings:
@@ -126,3 +127,21 @@ def test_boards_get_no_forwarding_headers_and_the_control_plane_gets_them_all(
 def test_regexes_are_compiled_to_machine_code(tmp_path: Path) -> None:
     # Every request goes through the regex maps and locations (and the log's maps).
     assert "\npcre_jit on;\n" in render_config(make_settings(tmp_path))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_nginx_drops_an_idle_control_plane_connection_before_the_process_does(
+    tmp_path: Path, workers: int
+) -> None:
+    """A process that closes a kept connection while nginx sends a request down it makes a
+    502, so every upstream of the control plane lets its idle connections go first."""
+    settings = make_settings(tmp_path)
+    addresses = [settings.api_address, *(f"127.0.0.1:{20000 + n}" for n in range(workers - 1))]
+    text = render_config(settings, api_addresses=addresses)
+    upstreams = re.findall(r"upstream (tbhub_control_plane|tbhub_uploads|tbhub_sign_in) \{(.*?)\}",
+                           text, re.S)  # fmt: skip
+    assert len(upstreams) == (1 if workers == 1 else 3)
+    for name, block in upstreams:
+        timeout = re.search(r"keepalive_timeout (\d+)s;", block)
+        assert timeout is not None, f"{name} keeps idle connections for nginx's default"
+        assert int(timeout.group(1)) < API_KEEP_ALIVE_SECONDS, name

@@ -21,8 +21,6 @@ import sys
 import threading
 from collections.abc import Callable
 
-import uvicorn
-
 from tbhub.core.log_context import configure_logging
 from tbhub.core.processes import end_with_parent
 from tbhub.http.deps import AppContext
@@ -30,7 +28,7 @@ from tbhub.serve.app import build_context, create_app
 from tbhub.serve.cache_events import announcer, on_postgresql
 from tbhub.serve.duties import board_observed
 from tbhub.serve.replica import write_accesses
-from tbhub.serve.server import start_metrics
+from tbhub.serve.server import run_api_server, start_metrics
 from tbhub.serve.workers import WorkerSpec
 from tbhub.storage.scalars import load_reader
 
@@ -108,8 +106,7 @@ def run(spec: WorkerSpec) -> None:
     load_reader()
     gc.collect()
     gc.freeze()  # as in the first process (server.py): start-up's objects out of the GC's way
-    config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False)
-    uvicorn.Server(config).run(sockets=[listener])
+    run_api_server(app, listener)
 
 
 def main() -> None:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import gc
 import logging
 import secrets
+import socket
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import uvicorn
 from sqlalchemy.engine import make_url
@@ -70,6 +71,22 @@ def make_replica(settings: Settings, context: AppContext) -> Replica:
     )
     context.wake_supervisor = replica.wake
     return replica
+
+
+# How long a process of the control plane keeps an idle connection from nginx open: longer
+# than nginx keeps one in its upstreams' caches (`keepalive_timeout 60s` in
+# nginx/tbhub.conf.j2), so nginx is always the side that closes. With uvicorn's default of
+# 5 s, a request nginx sent down a connection the process was closing at that moment got
+# a 502 (a POST is never sent again).
+API_KEEP_ALIVE_SECONDS = 75
+
+
+def run_api_server(app: Any, listener: socket.socket) -> None:
+    """Answer the control plane's HTTP on `listener` until stopped: the first process or a
+    worker."""
+    config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
+                            timeout_keep_alive=API_KEEP_ALIVE_SECONDS)  # fmt: skip
+    uvicorn.Server(config).run(sockets=[listener])
 
 
 def start_metrics(settings: Settings, *, fresh: bool = True) -> None:
@@ -139,8 +156,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
         load_reader()  # the sparklines' event-file reader, so that it is frozen too
         gc.collect()
         gc.freeze()
-        config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False)
-        uvicorn.Server(config).run(sockets=[listener])
+        run_api_server(app, listener)
     finally:
         log.info("tbhub serve stopped")
         for stop in shutdown_hooks:
