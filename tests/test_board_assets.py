@@ -1,7 +1,8 @@
 """supervisor/board_assets.py's reading of a TensorBoard zip: one ETag per file (the index
 page aside) from the version and the file's CRC, the index page's script as a preload, and
-the stamped scripts the project page prefetches while its board serves and the starting page
-while it starts (answered by the control plane then, and nothing else)."""
+the stamped scripts the project page prefetches whatever its board's state, and the starting
+page while it starts (answered by the control plane while the board does not serve, without
+starting a stopped one; nothing else)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tbhub.core.models import ObservedState
+from tbhub.core.models import Board, DesiredState, ObservedState, Project
 from tbhub.core.settings import Settings
 from tbhub.supervisor.board_assets import (
     IMMUTABLE,
@@ -75,16 +77,46 @@ def test_the_stamped_scripts_are_the_index_pages_and_those_it_loads(tmp_path: Pa
     )
 
 
-def test_the_project_page_prefetches_them_only_while_the_board_serves(
+def test_the_project_page_prefetches_them_whatever_the_boards_state(
     client: TestClient, factory: sessionmaker[Session], settings: Settings
 ) -> None:
     seed(factory, settings)
     assert sign_in(client, "alice") == 303
-    assert 'rel="prefetch"' not in client.get("/projects/vision").text  # stopped: not started
+    stopped = client.get("/projects/vision").text
     observe(factory, ObservedState.ready, upstream="127.0.0.1:9")
-    page = client.get("/projects/vision").text
-    for src in stamped_files():
-        assert f'<link rel="prefetch" href="/boards/vision/{src}">' in page
+    serving = client.get("/projects/vision").text
+    for page in (stopped, serving):
+        for src in stamped_files():
+            assert f'<link rel="prefetch" href="/boards/vision/{src}">' in page
+
+
+def board_desired(factory: sessionmaker[Session]) -> DesiredState:
+    with factory() as session:
+        project_id = session.scalar(select(Project.id).where(Project.name == "vision"))
+        board = session.get(Board, project_id)
+        assert board is not None
+        return board.desired_state
+
+
+def test_a_stopped_boards_stamped_scripts_come_from_the_control_plane_without_starting_it(
+    client: TestClient, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    seed(factory, settings)
+    assert sign_in(client, "alice") == 303
+    url = f"/boards/vision/{stamped_script()}"
+    # The hook, as nginx asks it: let in, to the control plane, and the board not asked for.
+    hook = client.get("/_auth/board", headers={"X-Tbhub-Original-Uri": url})
+    assert hook.status_code == 200
+    assert hook.headers["x-board-upstream"] == settings.api_address
+    # The control plane's answer: the installed TensorBoard's script, as the board's.
+    script = client.get(url, headers={"Accept-Encoding": "gzip"})
+    assert script.status_code == 200 and script.headers["cache-control"] == IMMUTABLE
+    assert script.headers["etag"] == installed_assets().etags["index.js"]
+    assert board_desired(factory) == DesiredState.stopped
+    # Anything else of the board asks for it, as before.
+    assert client.get("/_auth/board", headers={"X-Tbhub-Original-Uri": "/boards/vision/data/runs"}
+                      ).status_code == 200  # fmt: skip
+    assert board_desired(factory) == DesiredState.running
 
 
 def test_the_project_page_asks_chromium_to_prerender_the_board_only_while_it_serves(

@@ -38,6 +38,7 @@ from tbhub.http.deps import (
     signed_in_session,
 )
 from tbhub.http.http_errors import wants_html
+from tbhub.supervisor.board_assets import stamped_file
 
 router = APIRouter(include_in_schema=False)
 
@@ -228,6 +229,21 @@ def board_for(context: AppContext, board: BoardRef) -> BoardView | None:
     return view
 
 
+def board_for_asset(
+    context: AppContext, board: BoardRef, rest: str, method: str
+) -> BoardView | None:
+    """`board_for`, except that TensorBoard's stamped scripts (`rest`, the path after the
+    board's name) asked of a board that does not serve neither count as an access nor ask
+    for the board: the control plane answers them from the installed TensorBoard
+    (board_waiting.stamped_answer), so the project page of a stopped board may prefetch
+    them without starting it."""
+    if method in ("GET", "HEAD") and stamped_file(rest.lstrip("/")) is not None:
+        view = context.boards.get(board)
+        if view is None or not view.serving:
+            return view
+    return board_for(context, board)
+
+
 def board_starting(view: BoardView | None) -> bool:
     """The supervisor has started this board, which is wanted and not yet ready."""
     return (
@@ -301,7 +317,7 @@ def gate_answer(
         # says which dashboard is restricted. A 403 is never cached.
         return Response(status_code=403), None
     assert board is not None
-    view = board_for(context, board)
+    view = board_for_asset(context, board, rest, request.headers.get(ORIGINAL_METHOD, "GET"))
     starting = None
     if view is not None and view.serving:
         cache = 0 if view.swapping else auth_cache_seconds(context.settings.idle_timeout)
@@ -377,7 +393,7 @@ def board_fallback(request: Request, project: ProjectInPath, context: ContextDep
             f"from viewers or share links); ask an owner or editor of {project} to show it, "
             "or to lift the restriction in the board settings"
         )
-    view = board_for(context, board)
+    view = board_for_asset(context, board, rest, request.method)
     if denied and is_listing(rest) and view is not None and view.serving:
         return filtered_listing(view, f"/boards/{project}{rest}", denied)
     return stamped_answer(request, rest) or not_serving_answer(request, project, view, html=html)

@@ -190,16 +190,18 @@ def project_page(
         "back": table.link(page=table.page),
         **project_views(context, session, user, project),
     }
-    values["prefetch"] = board_prefetch(context, project, board["state"])
+    values["prefetch"] = board_prefetch(context, project)
     values["prerender"] = board_prerender(context, project, board["state"], values)
     return page(request, "project.html", values, user=user)
 
 
-def board_prefetch(context: AppContext, project: str, state: str) -> list[str]:
-    """TensorBoard's stamped scripts on this board's path, for the project page to prefetch
-    while the board serves (never for a stopped one: asking would start it). Not in
+def board_prefetch(context: AppContext, project: str) -> list[str]:
+    """TensorBoard's stamped scripts on this board's path, for the project page to prefetch,
+    whatever the board's state: the board answers them while it serves, the control plane
+    otherwise, without starting a stopped board (api/board_gate.board_for_asset), so even
+    the first visit of a fresh browser to a stopped board finds them cached. Not in
     own-origin mode: the board is another site there, with a cache of its own."""
-    if state != "live" or context.board_origins is not None:
+    if context.board_origins is not None:
         return []
     return [f"/boards/{quote(project)}/{src}" for src in stamped_files()]
 
