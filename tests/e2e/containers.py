@@ -27,6 +27,9 @@ from tests.e2e.harness import TbhubServer, wait_until
 from tests.e2e.healing import JSON, board_row, leaky_tensorboard, restart_reasons
 from tests.e2e.test_boards import wait_for_board
 
+# Listings taken before one that no container vanished from is given up on.
+LIST_ATTEMPTS = 5
+
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
@@ -64,8 +67,15 @@ def installation(docker_client: Any, board_image: str) -> Iterator[str]:
 
 
 def labelled_containers(client: Any, installation: str, **labels: str) -> list[Any]:
-    """Containers of this installation (all states), optionally with more labels."""
+    """Containers of this installation (all states), optionally with more labels. docker's
+    client lists, then inspects each container listed: one removed in between (the
+    supervisor replacing a board) is NotFound, and the listing is taken again."""
     wanted = [f"{INSTALLATION}={installation}", *(f"{k}={v}" for k, v in labels.items())]
+    for _ in range(LIST_ATTEMPTS - 1):
+        try:
+            return list(client.containers.list(all=True, filters={"label": wanted}))
+        except docker.errors.NotFound:
+            continue
     return list(client.containers.list(all=True, filters={"label": wanted}))
 
 
