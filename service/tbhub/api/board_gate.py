@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from tbhub.api.board_listing import filtered_listing
-from tbhub.api.board_waiting import not_serving_answer, stamped_answer, state_after
+from tbhub.api.board_waiting import not_serving_answer, stamped_answer, stamped_asked, state_after
 from tbhub.auth.caller import Caller, bearer_token, effective_role
 from tbhub.auth.permissions import Access
 from tbhub.auth.sessions import SessionData, read_cookie
@@ -38,7 +38,6 @@ from tbhub.http.deps import (
     signed_in_session,
 )
 from tbhub.http.http_errors import wants_html
-from tbhub.supervisor.board_assets import stamped_file
 
 router = APIRouter(include_in_schema=False)
 
@@ -237,7 +236,7 @@ def board_for_asset(
     for the board: the control plane answers them from the installed TensorBoard
     (board_waiting.stamped_answer), so the project page of a stopped board may prefetch
     them without starting it."""
-    if method in ("GET", "HEAD") and stamped_file(rest.lstrip("/")) is not None:
+    if stamped_asked(method, rest) is not None:
         view = context.boards.get(board)
         if view is None or not view.serving:
             return view

@@ -88,11 +88,19 @@ async def state_after(
         await changes.wait(min(remaining, RECHECK_SECONDS))
 
 
+def stamped_asked(method: str, rest: str) -> str | None:
+    """The stamped script (one of stamped_files()) a request reads, if it reads one: GET or
+    HEAD of `rest`, the path after /boards/<p>/. One lookup, nothing read."""
+    src = rest.lstrip("/")
+    return src if method in ("GET", "HEAD") and src in stamped_files() else None
+
+
 def stamped_answer(request: Request, rest: str) -> Response | None:
     """One of TensorBoard's version-stamped scripts (`rest`: the path after /boards/<p>/),
     answered as the board would while it does not serve: the starting page prefetches them
     so that TensorBoard's page finds them in the cache. None for anything else."""
-    found = stamped_file(rest.lstrip("/")) if request.method in ("GET", "HEAD") else None
+    src = stamped_asked(request.method, rest)
+    found = stamped_file(src) if src is not None else None
     if found is None:
         return None
     headers = {"ETag": found.etag, "Cache-Control": IMMUTABLE}

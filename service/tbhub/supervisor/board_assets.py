@@ -161,12 +161,17 @@ class StampedFile:
     content_type: str
 
 
-@functools.lru_cache(maxsize=8)
 def stamped_file(src: str) -> StampedFile | None:
     """The installed TensorBoard's file for `src`, one of stamped_files(); None for any other
-    URL (only version-stamped scripts may be answered without the board)."""
-    if src not in stamped_files():
-        return None
+    URL (only version-stamped scripts may be answered without the board). Only the real
+    files are kept: an LRU of whatever URLs were asked let other URLs push them out, and the
+    next script read the zip and gzipped 6 MB again."""
+    return _stamped_file(src) if src in stamped_files() else None
+
+
+@functools.cache
+def _stamped_file(src: str) -> StampedFile:
+    """Read and gzipped once per process (each of the few stamped_files())."""
     from tensorboard import assets, version
 
     name = src.split("?")[0]
