@@ -29,7 +29,7 @@ from tbhub.serve.cache_events import announcer, on_postgresql
 from tbhub.serve.duties import board_observed
 from tbhub.serve.replica import write_accesses
 from tbhub.serve.server import run_api_server, start_metrics
-from tbhub.serve.workers import WorkerSpec
+from tbhub.serve.workers import WorkerSpec, poke
 from tbhub.storage.scalars import load_reader
 
 log = logging.getLogger("tbhub")
@@ -63,16 +63,7 @@ class AccessWriter:
 def waker(fd: int) -> Callable[[], None]:
     """`wake_supervisor` in a worker: a byte down the pipe to the first process."""
     os.set_blocking(fd, False)
-
-    def wake() -> None:
-        try:
-            os.write(fd, b"w")
-        except BlockingIOError:  # the pipe is full: a wake-up is pending already
-            pass
-        except OSError:  # the first process is gone; this one ends with it
-            pass
-
-    return wake
+    return lambda: poke(fd)
 
 
 def follow_board_changes(fd: int, context: AppContext) -> threading.Thread:

@@ -18,6 +18,7 @@ so its gate and its starting pages' long-polls see a board ready as the first pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -61,6 +62,13 @@ class WorkerSpec:
     wake_fd: int
     changes_fd: int
     origin: str
+
+
+def poke(fd: int) -> None:
+    """One byte down a non-blocking wake-up pipe. A full pipe has a wake-up pending already;
+    a closed one's reader is gone (it ends, or is started again with a new pipe)."""
+    with contextlib.suppress(OSError):  # BlockingIOError (full), BrokenPipeError (no reader)
+        os.write(fd, b"!")
 
 
 def bind_loopback(port: int = 0) -> socket.socket:
@@ -198,15 +206,11 @@ class ApiWorkers:
 
     def board_changed(self) -> None:
         """The supervisor wrote a change: a byte to every worker (serve/api_worker.py reads
-        the boards again and wakes its waiters). A full pipe has a wake-up pending already."""
+        the boards again and wakes its waiters)."""
         with self._changes_lock:
             for fd in self._changes:
-                if fd < 0:
-                    continue
-                try:
-                    os.write(fd, b"c")
-                except (BlockingIOError, BrokenPipeError):  # pending; or a worker gone
-                    continue
+                if fd >= 0:
+                    poke(fd)
 
     def _pass_wakes(self) -> None:
         """A byte from any worker: someone waits for a board."""
