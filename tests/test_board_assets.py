@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.core.db import transaction
 from tbhub.core.models import Board, DesiredState, ObservedState, Project
 from tbhub.core.settings import Settings
 from tbhub.supervisor.board_assets import (
@@ -28,6 +29,7 @@ from tbhub.supervisor.board_assets import (
 from tests.test_api import seed, sign_in
 from tests.test_board_state import observe
 
+MIB = 1024 * 1024
 INDEX = b'<html><head><style>a{}</style></head><body><tb-webapp></tb-webapp>' \
         b'<script src="index.js?_file_hash=528dec0c"></script></body></html>'  # fmt: skip
 
@@ -119,20 +121,53 @@ def test_a_stopped_boards_stamped_scripts_come_from_the_control_plane_without_st
     assert board_desired(factory) == DesiredState.running
 
 
-def test_the_project_page_asks_chromium_to_prerender_the_board_only_while_it_serves(
+def prerendered(client: TestClient) -> list[object]:
+    """The project page's Speculation Rules, parsed."""
+    page = client.get("/projects/vision").text
+    return [json.loads(r) for r in re.findall(r'<script type="speculationrules">(.*?)</script>',
+                                              page)]  # fmt: skip
+
+
+BOARD_RULES = [
+    {"prerender": [{"source": "list", "urls": ["/boards/vision/"], "eagerness": "immediate"}]}
+]
+
+
+def speech_board(factory: sessionmaker[Session], pss: int) -> None:
+    """Another project's board serving, holding `pss` bytes."""
+    with transaction(factory) as session:
+        board = session.scalar(select(Board).join(Project, Project.id == Board.project_id)
+                               .where(Project.name == "speech"))  # fmt: skip
+        assert board is not None
+        board.observed_state, board.pss_bytes = ObservedState.ready, pss
+
+
+def test_the_project_page_prerenders_a_serving_board_and_a_stopped_one_that_fits_the_budget(
     client: TestClient, factory: sessionmaker[Session], settings: Settings
 ) -> None:
     seed(factory, settings)
     assert sign_in(client, "alice") == 303
-    assert "speculationrules" not in client.get("/projects/vision").text  # stopped: not started
+    settings.board_memory_budget = str(300 * MIB)
+    speech_board(factory, 100 * MIB)
+    # Stopped, and it fits beside the boards that run (costed as the typical board, 100
+    # MiB): the page warms it. The prerender's request starts it, as a click would.
+    assert prerendered(client) == BOARD_RULES
+    assert board_desired(factory) == DesiredState.stopped  # the page itself starts nothing
+    # Stopped, and starting it would evict another board: no prerender (its own last PSS,
+    # 250 MiB, beside the 100 MiB that run passes the budget).
+    observe(factory, ObservedState.stopped, pss_bytes=250 * MIB)
+    assert prerendered(client) == []
+    settings.board_memory_budget = "0"  # no budget: it always fits
+    assert prerendered(client) == BOARD_RULES
+    settings.board_memory_budget = str(300 * MIB)
+    # Serving: prerendered whatever the budget (it holds its memory already).
     observe(factory, ObservedState.ready, upstream="127.0.0.1:9")
-    page = client.get("/projects/vision").text
-    rules = re.findall(r'<script type="speculationrules">(.*?)</script>', page)
-    assert [json.loads(r) for r in rules] == [
-        {"prerender": [{"source": "list", "urls": ["/boards/vision/"], "eagerness": "immediate"}]}
-    ]
+    assert prerendered(client) == BOARD_RULES
+    observe(factory, ObservedState.failed, upstream=None)
+    assert prerendered(client) == []  # failed: opening it shows why, nothing to warm
+    observe(factory, ObservedState.ready, upstream="127.0.0.1:9")
     settings.board_prerender = False
-    assert "speculationrules" not in client.get("/projects/vision").text  # turned off
+    assert prerendered(client) == []  # turned off
     # The one inline script the page's CSP lets through: rules, no code.
     assert (
         "'inline-speculation-rules'"

@@ -19,7 +19,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tbhub.core.errors import InvalidInput
-from tbhub.core.models import Board, BoardSettings, BoardState, CompareBoard, DesiredState, Project
+from tbhub.core.models import (
+    Board,
+    BoardSettings,
+    BoardState,
+    CompareBoard,
+    DesiredState,
+    ObservedState,
+    Project,
+)
 from tbhub.core.settings import Settings
 from tbhub.core.timestamps import iso_utc
 from tbhub.domain import audit
@@ -30,7 +38,9 @@ from tbhub.supervisor.board_process import (
     OFF_BY_DEFAULT_PLUGINS,
     landlock_abi,
 )
+from tbhub.supervisor.budget import starts_beside
 from tbhub.supervisor.metrics import BoardRow
+from tbhub.supervisor.model import BOARD_ESTIMATE
 from tbhub.supervisor.plugin_catalog import CATALOG
 
 MAX_RELOAD_INTERVAL = 86_400
@@ -132,6 +142,24 @@ def describe_boards(session: Session, settings: Settings) -> list[dict[str, Any]
         *(_describe(name, board, own, settings) for name, board, own in rows),
         *(_describe(c.slug, c, None, settings, kind="compare") for c in compares),
     ]
+
+
+def starts_without_eviction(session: Session, project_id: int, settings: Settings) -> bool:
+    """Whether the project's board, stopped, would start within the memory budget beside
+    every board that runs or starts (project, compare and view boards), with none evicted
+    for it (supervisor/budget.starts_beside)."""
+    running = [
+        pss
+        for table in (Board, CompareBoard)
+        for pss in session.scalars(
+            select(table.pss_bytes).where(
+                table.observed_state.in_((ObservedState.ready, ObservedState.starting))
+            )
+        )
+    ]
+    own = session.get(Board, project_id)
+    return starts_beside(running, own.pss_bytes if own is not None else None,
+                         settings.memory_budget_bytes, BOARD_ESTIMATE)  # fmt: skip
 
 
 def _describe(

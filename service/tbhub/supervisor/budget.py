@@ -5,7 +5,7 @@ Part of the pure plan (supervisor/plan.py): no clock, file or process is read he
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from tbhub.supervisor.model import Desired, Instance, MiB, Observed, Plan, Policy, Start, Stop
@@ -45,6 +45,24 @@ def degrade(want: Desired, instances: list[Instance], result: Plan) -> None:
         result.observed[want.project] = Observed("failed", error=error, note=note)
 
 
+def typical_pss(measured: Sequence[int], estimate: int) -> int:
+    """What a board not yet measured is taken to hold: the median of the boards measured,
+    else the estimate."""
+    return int(statistics.median(measured)) if measured else estimate
+
+
+def starts_beside(running: Sequence[int | None], last_pss: int | None, budget: int | None,
+                  estimate: int) -> bool:  # fmt: skip
+    """Whether one more board would start within the budget beside the running boards
+    (their PSS, None where not yet measured) with none of them evicted: costed as admit()
+    costs a cold start (its own last PSS, else a typical board's, at most the budget)."""
+    if budget is None:
+        return True
+    typical = typical_pss([pss for pss in running if pss], estimate)
+    used = sum(pss or typical for pss in running)
+    return used + (last_pss or min(typical, budget)) <= budget
+
+
 # The setting an operator raises when the budget is too small (docs/configuration.md).
 BUDGET_SETTING = "TBHUB_BOARD_MEMORY_BUDGET"
 
@@ -72,8 +90,7 @@ def admit(
         want = desired.get(instance.project)
         return instance.pss_bytes or (want.last_pss if want is not None else None)
 
-    known = [pss for i in live if (pss := last_seen(i))]
-    typical = int(statistics.median(known)) if known else policy.board_estimate
+    typical = typical_pss([pss for i in live if (pss := last_seen(i))], policy.board_estimate)
 
     def cost(want: Desired) -> int:
         return want.last_pss or min(typical, budget)

@@ -114,6 +114,9 @@ class Health:
     over_limit: int = 0  # observations in a row with PSS over the memory limit
 
 
+BOARD_ESTIMATE = 128 * MiB  # PSS of a board never seen before, with no board measured
+
+
 @dataclass(frozen=True)
 class Policy:
     start_timeout: float
@@ -130,7 +133,7 @@ class Policy:
     memory_backoff_max: float = 3600.0
     budget: int | None = None  # sum of board PSS allowed on this host; None: no budget
     reading_window: float = 120.0  # accessed this recently: someone reads it, never evicted
-    board_estimate: int = 128 * MiB  # PSS of a board never seen before
+    board_estimate: int = BOARD_ESTIMATE
 
 
 @dataclass(frozen=True)

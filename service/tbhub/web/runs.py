@@ -32,6 +32,7 @@ from tbhub.storage.reach import within
 from tbhub.storage.run_files import RunFile, list_run_files
 from tbhub.storage.scalars import pick_curve
 from tbhub.supervisor.board_assets import stamped_files
+from tbhub.supervisor.board_settings import starts_without_eviction
 from tbhub.supervisor.plan import board_prefix
 from tbhub.web.health import run_badges, run_timeline
 from tbhub.web.pages import safe_next
@@ -42,6 +43,9 @@ router = APIRouter(include_in_schema=False)
 
 PER_PAGE = 50
 KEY_COLUMNS = 3  # hyperparameters and summary metrics shown as columns (the most common)
+# Board states (domain/overview.board_state) in which the project page prerenders the board
+# page as it is; a stopped board only when it fits the memory budget (board_prerender).
+SERVING_OR_STARTING = ("live", "restarting", "starting")
 SUGGEST_FROM = 500  # the filter boxes suggest the groups and tags of this many newest runs
 RunId = Annotated[int, Path(ge=1, le=INT64_MAX)]
 Sort = Literal["created", "name", "status", "last_write", "size"]
@@ -191,7 +195,7 @@ def project_page(
         **project_views(context, session, user, project),
     }
     values["prefetch"] = board_prefetch(context, project)
-    values["prerender"] = board_prerender(context, project, board["state"], values)
+    values["prerender"] = board_prerender(context, session, access, board["state"], values)
     return page(request, "project.html", values, user=user)
 
 
@@ -207,19 +211,25 @@ def board_prefetch(context: AppContext, project: str) -> list[str]:
 
 
 def board_prerender(
-    context: AppContext, project: str, state: str, values: dict[str, Any]
-) -> str | None:
-    """The board page the project page asks Chromium to prerender (Speculation Rules) while
-    the board serves: its "Open board" then shows a page whose script has run and whose
-    data has come in. Only the project's own board (a default view opens through a
-    redirect), never a stopped one (asking would start it), not in own-origin mode (the
-    board is another site there), not when the operator turned it off
-    (TBHUB_BOARD_PRERENDER)."""
+    context: AppContext, session: Session, access: ProjectAccess, state: str,
+    values: dict[str, Any],
+) -> str | None:  # fmt: skip
+    """The board page the project page asks Chromium to prerender (Speculation Rules): its
+    "Open board" then shows a page whose script has run and whose data has come in. While
+    the board serves or starts; and while it is stopped, when it would start within the
+    memory budget beside the boards that run, none evicted for it (the prerender's request
+    starts it, as a click would: opening the project page warms its board; an unopened one
+    stops when idle like any other). Only the project's own board (a default view opens
+    through a redirect), not in own-origin mode (the board is another site there), not when
+    the operator turned it off (TBHUB_BOARD_PRERENDER)."""
     settings = context.settings
-    if (state != "live" or not settings.board_prerender or context.board_origins is not None
+    if (not settings.board_prerender or context.board_origins is not None
             or values.get("opens_on_default_view")):  # fmt: skip
         return None
-    return f"/boards/{quote(project)}/"
+    warm = state in SERVING_OR_STARTING or (
+        state == "stopped" and starts_without_eviction(session, access.project_id, settings)
+    )
+    return f"/boards/{quote(access.name)}/" if warm else None
 
 
 @router.get("/projects/{project}/runs/{run_id}")

@@ -57,11 +57,13 @@ class BoardSettings(BaseModel):
     )
     board_prerender: bool = Field(
         default=True,
-        description="While a project's board serves, its project page asks Chromium to "
-        'prerender the board page (Speculation Rules), so that "Open board" shows a page '
-        "already drawn. The board's page then runs when the project page is opened, not "
-        "only on the click (see the threat model); false: the click loads it, as in other "
-        "browsers.",
+        description="A project's page asks Chromium to prerender the board page (Speculation "
+        'Rules), so that "Open board" shows a page already drawn: while the board serves or '
+        "starts, and while it is stopped if it would start within the memory budget with no "
+        "board stopped to make room (opening the project page then starts the board, which "
+        "stops when idle if nobody opens it). The board's page then runs when the project "
+        "page is opened, not only on the click (see the threat model); false: the click "
+        "loads it (and starts a stopped board), as in other browsers.",
     )
     default_view_over_runs: int = Field(
         default=500,
