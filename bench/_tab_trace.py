@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from _tab_cdp import Browser, CdpError, Tab
+import _places  # noqa: F401  first of the harness: it puts the repository root on sys.path
 from _timeline import CATEGORIES, read_trace, summarize
+
+from tests.support.tab_cdp import Browser, CdpError, Tab  # isort: skip (needs _places first)
 
 # The shown page's timing (ms from its time origin) and where its origin and activation are.
 TIMING = """

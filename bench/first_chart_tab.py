@@ -1,5 +1,5 @@
 """Time to first chart with the project page's prerender at work: bench/first_chart.py's warm
-and bare visits, in Chromium driven tab-aware over DevTools (bench/_tab_cdp.py), since under
+and bare visits, in Chromium driven tab-aware over DevTools (tests/support/tab_cdp.py), since under
 Playwright Chromium prerenders nothing (it refuses for a page with a session attached to the
 page target directly).
 
@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _places import PROJECT
+from _places import PROJECT, free_port
 from _processes import temp_dir
 from _reports import arguments, emit_report, measure_rounds, medians
-from _tab_cdp import Browser, CdpError, Tab
 from _tab_trace import breakdown, browser_traced
 from _tbhub import Tbhub
 from first_chart import (
@@ -60,6 +59,8 @@ from first_chart import (
     stop_board,
 )
 
+from tests.support.tab_cdp import Browser, CdpError, Tab  # isort: skip (needs _places first)
+
 TIMEOUT_S = 120.0
 KINDS = tuple(f"{target}_{profile}" for profile in ("fresh", "returning")
               for target in ("cold", "warm", "warm_noprerender", "bare"))  # fmt: skip
@@ -71,7 +72,8 @@ TARGETS = (
 )
 # --dwell: seconds on the loaded project page before the click. A quick person's: the page
 # seen, "Open board" found, the pointer moved onto it (docs/first-chart.md).
-DWELL_S = 1.0
+DEFAULT_DWELL_S = 1.0
+DWELL_S = DEFAULT_DWELL_S
 LINK = "document.querySelector('a[data-opens=whole-project]')"
 
 
@@ -158,7 +160,7 @@ def run(repeats: int, warmup: int, *, trace: bool = False) -> tuple[list[Sample]
 
                 def browser(name: str) -> Browser:
                     made = Browser(CHROMIUM, CHROMIUM_ARGS, Path(work / "profiles" / name),
-                                   CHART_WATCH)  # fmt: skip
+                                   CHART_WATCH, port=free_port())  # fmt: skip
                     browsers.append(made)
                     return made
 
@@ -249,8 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--dwell",
         type=float,
-        default=DWELL_S,
-        help=f"seconds on the loaded project page before the click (default {DWELL_S:g}: "
+        default=DEFAULT_DWELL_S,
+        help=f"seconds on the loaded project page before the click (default {DEFAULT_DWELL_S:g}: "
         "a quick person; 0: a script's click at the load event)",
     )
     args = parser.parse_args(argv)

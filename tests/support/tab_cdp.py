@@ -2,12 +2,13 @@
 target first, then to the pages inside it. Playwright attaches to page targets directly, and
 Chromium prerenders nothing for a page with such a session (devtools_instrumentation.cc,
 IsPrerenderAllowed: HasSessionsWithoutTabTargetSupport), so Speculation Rules would never
-act under it. bench/first_chart.py's `--driver tab` visits through this instead.
+act under it.
 
 One Chromium process per profile directory (a returning profile keeps its cache and V8's code
 cache there); `new_tab(incognito=True)` opens a tab in a new incognito context of it (a fresh
 profile). Every page of a tab, a prerendered one too, runs `init_script` before its own
-scripts (the first chart's watcher)."""
+scripts (the first chart's watcher). bench/first_chart_tab.py measures through it, and
+tests/e2e/test_board_prerender.py checks through it what the project page's prerender does."""
 
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ from typing import Any
 import httpx
 from websockets.sync.client import ClientConnection, connect
 
-from _places import HOST, free_port
-
+HOST = "127.0.0.1"
 TIMEOUT = 60.0
 # What a page must have taken for its visit to count (its chart watcher among them).
 NEEDED = ("Page.enable", "Page.addScriptToEvaluateOnNewDocument")
@@ -43,7 +43,11 @@ class Connection:
     """One websocket to the browser; flat sessions; replies by id, events to listeners."""
 
     def __init__(self, url: str) -> None:
-        self.socket: ClientConnection = connect(url, max_size=None, open_timeout=TIMEOUT)
+        self.opened = contextlib.ExitStack()  # websockets wants its connection entered
+        self.socket: ClientConnection = self.opened.enter_context(
+            connect(url, max_size=None, open_timeout=TIMEOUT)
+        )
+        self.lost: BaseException | None = None  # what stopped the reader, said by each wait
         self.ids = itertools.count(1)
         self.waiting: dict[int, queue.Queue[dict[str, Any]]] = {}
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
@@ -63,8 +67,8 @@ class Connection:
                 else:
                     for listener in list(self.listeners):
                         listener(message)
-        except Exception:  # the browser went away: pending calls time out
-            return
+        except Exception as exc:  # the browser went away: pending calls time out, saying so
+            self.lost = exc
 
     def post(self, method: str, params: dict[str, Any] | None = None, *,
              session: str | None = None) -> queue.Queue[dict[str, Any]]:  # fmt: skip
@@ -79,13 +83,13 @@ class Connection:
         self.socket.send(json.dumps(message))
         return box
 
-    @staticmethod
-    def reply(box: queue.Queue[dict[str, Any]], method: str, timeout: float = TIMEOUT
+    def reply(self, box: queue.Queue[dict[str, Any]], method: str, timeout: float = TIMEOUT
               ) -> dict[str, Any]:  # fmt: skip
         try:
             reply = box.get(timeout=timeout)
         except queue.Empty:
-            raise CdpError(f"{method}: no answer within {timeout}s") from None
+            lost = f" (the connection was lost: {self.lost!r})" if self.lost else ""
+            raise CdpError(f"{method}: no answer within {timeout}s{lost}") from None
         if "error" in reply:
             raise CdpError(f"{method}: {reply['error']}")
         return dict(reply.get("result", {}))
@@ -95,7 +99,7 @@ class Connection:
         return self.reply(self.post(method, params, session=session), method, timeout)
 
     def close(self) -> None:
-        self.socket.close()
+        self.opened.close()
 
 
 @dataclass
@@ -167,8 +171,14 @@ class Tab:
 class Browser:
     """A Chromium process with a profile directory, driven tab-aware over CDP."""
 
-    def __init__(self, chromium: str, args: list[str], profile: Path, init_script: str) -> None:
-        port = free_port()
+    def __init__(self, chromium: str, args: list[str], profile: Path, init_script: str, *,
+                 port: int) -> None:  # fmt: skip
+        """Chromium with its DevTools on `port` of 127.0.0.1 (the caller's free port)."""
+        self.init_script = init_script
+        self.tabs: dict[str, Tab] = {}  # tab session -> tab
+        self.errors: list[str] = []  # what preparing a page failed on
+        # Pages attached in a tab not opened by new_tab yet: target id -> (tab session, event).
+        self.unclaimed: dict[str, tuple[str, dict[str, Any]]] = {}
         profile.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             [chromium, "--headless", f"--remote-debugging-port={port}",
@@ -176,22 +186,17 @@ class Browser:
              "--window-size=1280,900", *args, "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-        try:
+        try:  # nothing left running if the DevTools connection fails
             self.connection = Connection(self._browser_url(port))
+            self.connection.listeners.append(self._on_event)
+            # Attach to tabs, not pages: pages are attached through their tab (Tab.pages).
+            self.connection.send("Target.setAutoAttach", {
+                "autoAttach": True, "waitForDebuggerOnStart": False, "flatten": True,
+                "filter": [{"type": "tab"}],
+            })  # fmt: skip
         except BaseException:
             self._kill()
             raise
-        self.init_script = init_script
-        self.tabs: dict[str, Tab] = {}  # tab session -> tab
-        self.errors: list[str] = []  # what preparing a page failed on
-        # Pages attached in a tab not opened by new_tab yet: target id -> (tab session, event).
-        self.unclaimed: dict[str, tuple[str, dict[str, Any]]] = {}
-        self.connection.listeners.append(self._on_event)
-        # Attach to tabs, not pages: pages are attached through their tab (Tab.pages).
-        self.connection.send("Target.setAutoAttach", {
-            "autoAttach": True, "waitForDebuggerOnStart": False, "flatten": True,
-            "filter": [{"type": "tab"}],
-        })  # fmt: skip
 
     def _browser_url(self, port: int) -> str:
         deadline = time.monotonic() + TIMEOUT
