@@ -210,6 +210,7 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
     import stat
 
     from tbhub.core.upload_protocol import pack_batch
+    from tbhub.storage.quota_ledger import QuotaLedger
     from tbhub.storage.receive import UploadTarget, receive_batch
     from tbhub.storage.usage import ProjectUsage
 
@@ -244,7 +245,9 @@ def test_a_batch_makes_each_directory_durable_once_after_its_last_rename(
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "rename", rename)
-    target = UploadTarget(tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path))
+    target = UploadTarget(
+        tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path, QuotaLedger(tmp_path / "ledger"))
+    )
     states = receive_batch(target, body, sha256=hashlib.sha256(body).digest())
 
     assert all(state.complete for state in states) and len(states) == len(files)
@@ -369,13 +372,16 @@ def test_a_chunk_arrives_in_pieces_put_together_once_and_checked_before_a_byte_i
     import hashlib
 
     from tbhub.core.errors import ChecksumMismatch
+    from tbhub.storage.quota_ledger import QuotaLedger
     from tbhub.storage.receive import UploadTarget, receive_chunk
     from tbhub.storage.usage import ProjectUsage
     from tests.support.page_cache import cached_pages
 
     _on_a_disk(tmp_path)
     (tmp_path / "p").mkdir()
-    target = UploadTarget(tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path))
+    target = UploadTarget(
+        tmp_path, "p", "run-1", None, 0, ProjectUsage(tmp_path, QuotaLedger(tmp_path / "ledger"))
+    )
 
     def send(offset: int, pieces: list[bytes], complete: bool, digest: bytes | None = None) -> int:
         sha256 = digest or hashlib.sha256(b"".join(pieces)).digest()

@@ -60,6 +60,7 @@ from tbhub.http.http_errors import install_error_handlers
 from tbhub.http.request_log import RequestLog
 from tbhub.http.security_headers import SecurityHeaders
 from tbhub.http.server_timing import ServerTiming
+from tbhub.storage.quota_ledger import QuotaLedger
 from tbhub.storage.scalars import ScalarCache
 from tbhub.storage.usage import ProjectUsage
 from tbhub.web import admin as admin_pages
@@ -103,7 +104,7 @@ def build_context(settings: Settings, wake: Callable[[], None] = lambda: None) -
         tokens=TokenCache(factory, generation=generations.of("token")),
         board_origins=board_origins(settings),
         oidc=oidc_client(settings),
-        usage=ProjectUsage(settings.storage),
+        usage=ProjectUsage(settings.storage, QuotaLedger.in_data_dir(settings.data_dir)),
         scalars=ScalarCache(settings.storage),
         generations=generations,
     )

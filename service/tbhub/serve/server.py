@@ -114,6 +114,7 @@ def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None =
     raise_open_file_limit()
 
     context = build_context(settings)
+    context.usage.ledger.clear()  # no upload is under way yet: none a dead process left
     # This server's name in cache notifications: its own processes skip what it announced.
     origin = secrets.token_hex(8)
     cache_listener = None

@@ -16,7 +16,7 @@ from tbhub.storage import uploads
 from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.paths import open_project
 from tbhub.storage.upload_io import direct_length, gathered
-from tbhub.storage.uploads import FileState, RoomCheck
+from tbhub.storage.uploads import FileState
 from tbhub.storage.usage import ProjectUsage
 
 
@@ -57,26 +57,44 @@ class UploadTarget:
             if fd is not None:
                 os.close(fd)
 
-    def room(self) -> RoomCheck:
-        def check(dir_fd: int, size: int) -> None:
-            if self.quota:
-                used = self.usage.bytes(self.project)
-                if used + size > self.quota:
-                    raise InsufficientStorage(
-                        f"project {self.project} holds {used} bytes and its retention quota is "
-                        f"{self.quota}; nothing was written. Ask an owner to raise "
-                        "max_project_bytes, or free space with `tbhub admin retention apply`"
-                    )
-            fs = os.fstatvfs(dir_fd)
-            free = fs.f_bavail * fs.f_frsize
-            if free - size < self.min_free:
-                raise InsufficientStorage(
-                    f"the storage is full: it has {free} bytes free and keeps {self.min_free} "
-                    f"in reserve, so this {size}-byte chunk does not fit; nothing was written. "
-                    "Ask an operator to free space, then resume the upload"
-                )
+    def room(self) -> Room:
+        return Room(self)
 
-        return check
+
+class Room:
+    """The room one chunk needs, checked just before it is written (uploads.RoomCheck): its
+    bytes let into the project's quota, when it has one, and the disk's free space kept.
+    `settle` then tells the quota's ledger what the write added, whatever became of it."""
+
+    def __init__(self, target: UploadTarget) -> None:
+        self.target = target
+        self.reserved = 0
+
+    def __call__(self, dir_fd: int, size: int) -> None:
+        target = self.target
+        if target.quota:
+            decision = target.usage.reserve(target.project, size, target.quota)
+            if not decision.granted:
+                raise InsufficientStorage(
+                    f"project {target.project} holds {decision.used} bytes (with the uploads "
+                    f"under way) and its retention quota is {target.quota}, so this "
+                    f"{size}-byte chunk does not fit; nothing was written. Ask an owner to "
+                    "raise max_project_bytes, or free space with `tbhub admin retention apply`"
+                )
+            self.reserved += size
+        fs = os.fstatvfs(dir_fd)
+        free = fs.f_bavail * fs.f_frsize
+        if free - size < target.min_free:
+            raise InsufficientStorage(
+                f"the storage is full: it has {free} bytes free and keeps {target.min_free} "
+                f"in reserve, so this {size}-byte chunk does not fit; nothing was written. "
+                "Ask an operator to free space, then resume the upload"
+            )
+
+    def settle(self, written: int) -> None:
+        if self.reserved:
+            self.target.usage.settle(self.target.project, self.reserved, written)
+            self.reserved = 0
 
 
 def file_state(target: UploadTarget, parts: list[str]) -> FileState:
@@ -140,13 +158,28 @@ def _write(target: UploadTarget, chunks: list[Chunk]) -> list[FileState]:
             try:
                 for parts, offset, data, complete in chunks:
                     before = uploads.file_state(run_fd, parts, dirs=dirs).offset
-                    state = uploads.append_chunk(
-                        run_fd, parts, offset=offset, data=data, complete=complete,
-                        room=target.room(), finishing=finishing, dirs=dirs,
-                    )  # fmt: skip
-                    wrote = max(0, state.offset - before)
-                    target.usage.wrote(target.project, target.run_path, wrote)
+                    room = target.room()
+                    try:
+                        state = uploads.append_chunk(
+                            run_fd, parts, offset=offset, data=data, complete=complete,
+                            room=room, finishing=finishing, dirs=dirs,
+                        )  # fmt: skip
+                    except BaseException:
+                        if room.reserved:
+                            room.settle(_grown(run_fd, parts, dirs, before, room.reserved))
+                        raise
+                    room.settle(state.offset - before)
+                    target.usage.wrote(target.project, target.run_path)
                     states.append(state)
             finally:
                 finishing.finish()
     return states
+
+
+def _grown(run_fd: int, parts: list[str], dirs: uploads.OpenDirs, before: int, unknown: int) -> int:
+    """What a failed write left of its chunk in the file; `unknown` (all of it, counted on
+    the safe side until the next walk) when the file cannot be read either."""
+    try:
+        return uploads.file_state(run_fd, parts, dirs=dirs).offset - before
+    except Exception:  # the write's own error is the one to answer with
+        return unknown

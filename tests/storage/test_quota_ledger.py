@@ -1,0 +1,136 @@
+"""The upload quota's ledger (storage/quota_ledger.py): two ledgers on one directory stand
+for two processes of one server, and a walk is a number the test gives; then chunks through
+storage/receive.py on real files, their bytes let in, given back, or never asked for."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tbhub.core.errors import InsufficientStorage
+from tbhub.storage.quota_ledger import QuotaLedger
+from tbhub.storage.receive import UploadTarget, receive_chunk
+from tbhub.storage.usage import ProjectUsage
+
+QUOTA = 1000
+
+
+def walking(found: int, walks: list[int] | None = None) -> Callable[[], int]:
+    def walk() -> int:
+        if walks is not None:
+            walks.append(found)
+        return found
+
+    return walk
+
+
+def test_a_second_process_sees_the_firsts_reservations_at_once(tmp_path: Path) -> None:
+    first, second = QuotaLedger(tmp_path), QuotaLedger(tmp_path)
+    assert first.reserve("vision", 600, QUOTA, walking(100)).granted
+    refused = second.reserve("vision", 301, QUOTA, walking(100))
+    assert not refused.granted and refused.used == 700
+    assert second.reserve("vision", 300, QUOTA, walking(100)).granted
+    assert not first.reserve("vision", 1, QUOTA, walking(100)).granted
+
+
+def test_a_released_reservation_frees_its_room(tmp_path: Path) -> None:
+    first, second = QuotaLedger(tmp_path), QuotaLedger(tmp_path)
+    assert first.reserve("vision", 900, QUOTA, walking(0)).granted
+    assert not second.reserve("vision", 200, QUOTA, walking(0)).granted
+    first.settle("vision", 900, 0)  # the write failed: nothing landed
+    assert second.reserve("vision", 1000, QUOTA, walking(0)).granted
+
+
+def test_a_chunk_that_wrote_less_gives_back_the_rest(tmp_path: Path) -> None:
+    ledger = QuotaLedger(tmp_path)
+    assert ledger.reserve("vision", 800, QUOTA, walking(0)).granted
+    ledger.settle("vision", 800, 300)
+    assert ledger.reserve("vision", 0, QUOTA, walking(0)).used == 300
+
+
+def test_concurrent_chunks_cannot_both_pass_the_last_bytes(tmp_path: Path) -> None:
+    granted: list[bool] = []
+    start = threading.Barrier(16)
+
+    def send() -> None:
+        ledger = QuotaLedger(tmp_path)  # a file of its own opened each time, as processes do
+        start.wait()
+        granted.append(ledger.reserve("vision", 100, QUOTA, walking(50)).granted)
+
+    threads = [threading.Thread(target=send) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert granted.count(True) == 9  # 50 + 9 * 100 <= 1000 < 50 + 10 * 100
+
+
+def test_a_new_walk_counts_what_settled_after_it_began_and_not_a_failed_chunk(
+    tmp_path: Path,
+) -> None:
+    ledger = QuotaLedger(tmp_path, ttl=0)  # every reservation walks again
+    assert ledger.reserve("vision", 400, QUOTA, walking(0)).granted  # in flight over the walk
+    assert ledger.reserve("vision", 200, QUOTA, walking(0)).granted
+    ledger.settle("vision", 200, 200)
+    # This walk saw the settled 200 bytes but not the 400 still being written.
+    assert ledger.reserve("vision", 0, QUOTA, walking(200)).used == 600
+    ledger.settle("vision", 400, 0)  # that write failed
+    assert ledger.reserve("vision", 0, QUOTA, walking(200)).used == 200
+
+
+def test_one_process_walks_a_project_once_a_ttl_for_all(tmp_path: Path) -> None:
+    walks: list[int] = []
+    first, second = QuotaLedger(tmp_path, ttl=60), QuotaLedger(tmp_path, ttl=60)
+    for ledger in (first, second, first, second):
+        assert ledger.reserve("vision", 10, QUOTA, walking(0, walks)).granted
+    assert walks == [0]
+
+
+def test_a_project_without_a_walk_is_walked_before_anything_is_let_in(tmp_path: Path) -> None:
+    decision = QuotaLedger(tmp_path).reserve("vision", 100, QUOTA, walking(950))
+    assert not decision.granted and decision.used == 950
+
+
+def test_clear_forgets_the_chunks_a_dead_process_left_in_flight(tmp_path: Path) -> None:
+    ledger = QuotaLedger(tmp_path / "ledger")
+    assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted  # never settled
+    ledger.clear()
+    assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted
+
+
+@pytest.mark.parametrize("project", ["../vision", "Vision", "", "a/b"])
+def test_only_a_project_name_names_a_record(tmp_path: Path, project: str) -> None:
+    with pytest.raises(ValueError, match="not a project name"):
+        QuotaLedger(tmp_path).reserve(project, 1, QUOTA, walking(0))
+
+
+def target(tmp_path: Path, quota: int | None, *, min_free: int = 0) -> UploadTarget:
+    storage = tmp_path / "storage"
+    (storage / "vision").mkdir(parents=True, exist_ok=True)
+    usage = ProjectUsage(storage, QuotaLedger(tmp_path / "ledger"))
+    return UploadTarget(storage, "vision", "run-1", quota, min_free, usage)
+
+
+def send(target: UploadTarget, name: str, data: bytes) -> None:
+    receive_chunk(target, [name], offset=0, pieces=[data],
+                  sha256=hashlib.sha256(data).digest(), complete=True)  # fmt: skip
+
+
+def test_a_chunk_whose_write_fails_gives_its_bytes_back(tmp_path: Path) -> None:
+    with pytest.raises(InsufficientStorage, match="storage is full"):  # after its reservation
+        send(target(tmp_path, QUOTA, min_free=2**62), "a.bin", b"a" * 600)
+    send(target(tmp_path, QUOTA), "b.bin", b"b" * QUOTA)  # the whole quota was still free
+    with pytest.raises(InsufficientStorage, match="retention quota"):
+        send(target(tmp_path, QUOTA), "c.bin", b"c")
+    assert sorted(path.name for path in (tmp_path / "storage" / "vision" / "run-1").iterdir()) == [
+        "b.bin"
+    ]
+
+
+def test_a_project_without_a_quota_never_touches_the_ledger(tmp_path: Path) -> None:
+    send(target(tmp_path, None), "a.bin", b"a" * 600)
+    assert not (tmp_path / "ledger").exists()
