@@ -236,7 +236,8 @@ def test_the_project_pages_prerender_rules_reach_chromium_past_its_csp(
 ) -> None:
     """While the board serves, the project page's Speculation Rules (prerender the board page)
     are parsed by Chromium, not blocked by the page's CSP. Playwright's own session keeps
-    Chromium from prerendering (tests/support/tab_cdp.py); the rule set is what the page controls."""
+    Chromium from prerendering (tests/support/tab_cdp.py, which test_board_prerender.py
+    drives); the rule set is what the page controls."""
     server = started_server(make_server)
     context = signed_in(browser, server)
     try:
