@@ -165,11 +165,14 @@ def visit_tbhub(hub: Tbhub, context: BrowserContext, trace: bool = False) -> Vis
     page = context.new_page()
     try:
         page.goto(f"{hub.base_url}/projects/{PROJECT}")
-        link = page.get_by_role("link", name="Open board").first
+        # Found before the clock starts, and clicked as the page's own click event:
+        # Playwright's click first checks the link is stable over two animation frames
+        # (about 33 ms), a wait of the driver's that no person has.
+        link = page.get_by_role("link", name="Open board").first.element_handle()
 
         def click() -> float:
             started_ms = time.time() * 1000
-            link.click()
+            link.evaluate("link => link.click()")
             return started_ms
 
         return visited(page, click, trace)
