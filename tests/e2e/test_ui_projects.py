@@ -26,6 +26,7 @@ from tbhub.core.models import PinnedRun, Role
 from tbhub.domain.projects import set_membership
 from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TbhubServer, wait_until
+from tests.e2e.test_boards import wait_for_board
 from tests.e2e.ui import check_page, screenshot, sign_in
 
 pytestmark = pytest.mark.e2e
@@ -189,9 +190,14 @@ def test_the_board_link_shows_tensorboards_scalar_chart_of_that_run_only(
 ) -> None:
     run = site.register(f"charted-{next(_names)}")
     write_loss(Path(str(run["logdir"])))
+    # The board lists the run first. TensorBoard's page asks for the runs once, when it
+    # loads, and a board still in its first load of the logdir (a loaded host) may list
+    # only some of them then: the page would not show the run until reloaded.
+    board = site.server.sign_in("alice", "alice-password")
+    wait_until(lambda: str(run["path"]) in wait_for_board(board, "vision").json(), timeout=60,
+               what="the board to list the new run")  # fmt: skip
     alice.goto(f"{site.server.base_url}/projects/vision/runs/{run['id']}")
     alice.get_by_role("link", name="Open the board on this run").click()
-    # The "starting" page reloads itself until TensorBoard answers through nginx.
     chart = alice.locator("scalar-card line-chart")
     expect(chart.first).to_be_visible(timeout=120_000)
     runs_table = alice.locator("runs-data-table")
