@@ -17,8 +17,9 @@ from typing import Any
 
 from tbhub.core.db import transaction
 from tbhub.core.settings import Settings
+from tbhub.domain.observers import choose_mode
 from tbhub.domain.run_sink import DatabaseRunSink
-from tbhub.domain.watcher import StorageWatcher, choose_mode
+from tbhub.domain.watcher import StorageWatcher
 from tbhub.health.monitor import HealthMonitor
 from tbhub.housekeeping.runner import JobRunner, start_jobs
 from tbhub.http.deps import AppContext
@@ -60,6 +61,7 @@ def start_watcher(
         claims=sink.registered,
         healer=Healer(heal),
         on_event_files=monitor.event_files if monitor is not None else None,
+        unwatched=[compare_root(settings)],
     )
     watcher.start()
     context.usage.watcher = watcher
