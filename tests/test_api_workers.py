@@ -1,13 +1,17 @@
 """The API workers' pieces that need no server: nginx's upstream lists every process, the
 threads and connections are shared out among the processes, and what a worker is handed
-survives the trip (tests/e2e/test_api_workers.py runs real ones)."""
+survives the trip, and a worker's module imports nothing the first process alone runs, nor
+OIDC's token checks or PostgreSQL's driver before they are used (tests/e2e/test_api_workers.py
+runs real ones)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +130,19 @@ def test_password_sign_ins_go_to_the_first_process_and_to_a_worker_only_as_a_bac
     one = render_config(make_settings(tmp_path))
     assert "proxy_pass http://tbhub_control_plane;" in one.split("location = /auth/login {")[1]
     assert "tbhub_sign_in" not in one
+
+
+def test_a_worker_imports_neither_the_first_processs_parts_nor_what_waits_for_use() -> None:
+    # What `python -m tbhub.serve.api_worker` has imported before it reads its spec.
+    script = "import json, sys, tbhub.serve.api_worker; print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True, env=os.environ)  # fmt: skip
+    imported = set(json.loads(result.stdout))
+    first_process_only = {
+        "tbhub.serve.server", "tbhub.serve.duties", "tbhub.serve.nginx",
+        "tbhub.supervisor.loop", "tbhub.domain.watcher", "tbhub.health.monitor",
+        "docker", "watchdog", "alembic", "numpy", "tensorboard.util.tensor_util",
+    }  # fmt: skip
+    until_used = {"joserfc", "cryptography", "psycopg"}  # an OIDC sign-in; PostgreSQL
+    assert sorted((first_process_only | until_used) & imported) == []
+    assert "tbhub.serve.app" in imported

@@ -20,7 +20,7 @@ from tbhub.core.db import transaction
 from tbhub.core.models import Board, ObservedState, Project
 from tbhub.core.settings import Settings
 from tbhub.http.deps import AppContext
-from tbhub.serve.duties import board_observed
+from tbhub.serve.api_process import board_observed
 from tests.test_api import seed, sign_in
 
 STATE = "/api/v1/boards/vision/state"

@@ -10,6 +10,7 @@ import pytest
 
 from tbhub.core.settings import Settings
 from tbhub.serve import nginx as nginx_module
+from tbhub.serve.api_process import API_KEEP_ALIVE_SECONDS
 from tbhub.serve.nginx import (
     IDENTITY_HEADERS,
     find_nginx,
@@ -17,7 +18,6 @@ from tbhub.serve.nginx import (
     render_config,
     write_config,
 )
-from tbhub.serve.server import API_KEEP_ALIVE_SECONDS
 
 
 def make_settings(tmp_path: Path) -> Settings:

@@ -1,7 +1,8 @@
 """`tbhub serve --workers 2` on real nginx: the control plane's requests land in both
 processes, a sign-out, a revoked token or a removed member in one process ends access in
 the other at once, a board's readers in a worker hear it is ready when the first process's
-do, and no worker outlives the server, stopped or killed."""
+do, no worker outlives the server, stopped or killed, and an idle worker has not loaded the
+first process's libraries (numpy for TensorBoard's tensor_util, docker's HTTP stack)."""
 
 from __future__ import annotations
 
@@ -169,6 +170,24 @@ def _answers(client: httpx.Client) -> bool:
         return client.get("/healthz").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def compiled_packages(pid: int) -> set[str]:
+    """The installed packages whose compiled modules a process has mapped."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return set(re.findall(r"site-packages/([^/\s]+)/\S+\.so", maps))
+
+
+def test_an_idle_worker_maps_neither_numpy_nor_dockers_http_stack(
+    make_server: Callable[..., TbhubServer],
+) -> None:
+    server = make_server()
+    server.start("--workers", "2")
+    [worker] = worker_pids(server)
+    assert server.process is not None
+    # requests' charset_normalizer comes with docker's client: the first process has it.
+    assert "charset_normalizer" in compiled_packages(server.process.pid)
+    assert {"numpy", "charset_normalizer"}.isdisjoint(compiled_packages(worker))
 
 
 @pytest.mark.parametrize("workers", ["0", "17"])

@@ -2,7 +2,8 @@
 the project page's filters opens a board over exactly its runs, says which view it is and
 links the whole project; a big project opens on its default view; and the registry rules:
 a new matching run appears on a running view's board and a trashed run leaves it (real
-event files, the board's own /data/runs). `tbhub views` over the API.
+event files, the board's own /data/runs); the storage watcher puts no inotify watch on a view's
+directories and logs no watch registered twice. `tbhub views` over the API.
 
 One `tbhub serve` for the module: project vision (bob owns it, carol views it) with runs
 keep-00, keep-01 and other-00 found by the storage watcher."""
@@ -23,9 +24,11 @@ from sqlalchemy import select
 
 from tbhub.core.models import Project, Role, Run
 from tbhub.domain.projects import set_membership
+from tbhub.storage.compare_view import COMPARE_DIR_NAME
 from tbhub.storage.sample_logs import write_project, write_run
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 from tests.e2e.ui import check_page, sign_in
+from tests.support.inotify_watches import directory_inodes, watched_inodes
 
 JSON = {"Accept": "application/json"}
 
@@ -145,15 +148,21 @@ def test_the_default_view_page_says_what_it_shows_and_links_the_whole_project(
         context.close()
 
 
+def open_view(client: httpx.Client, name: str) -> tuple[str, Any]:
+    """A view of vision's runs matching "keep", saved; its board's URL and first runs."""
+    made = client.post("/api/v1/projects/vision/views",
+                       json={"name": name, "filter": {"q": "keep"}})  # fmt: skip
+    assert made.status_code == 201, made.text
+    board_url = made.json()["board_url"]  # /boards/<the compare board's slug>/
+    first = wait_until(lambda: board_runs(client, board_url), timeout=90, what="the view's board")
+    return board_url, first
+
+
 def test_a_running_views_board_follows_the_registry_new_runs_appear_trashed_runs_leave(
     server: TbhubServer,
 ) -> None:
     bob = server.sign_in("bob", "bob-password")
-    made = bob.post("/api/v1/projects/vision/views",
-                    json={"name": "follow", "filter": {"q": "keep"}})  # fmt: skip
-    assert made.status_code == 201, made.text
-    board_url = made.json()["board_url"]
-    first = wait_until(lambda: board_runs(bob, board_url), timeout=90, what="the view's board")
+    board_url, first = open_view(bob, "follow")
     assert first == ["vision/keep-00", "vision/keep-01"]
 
     # A new run that matches: real event files, found by the watcher, linked into the view.
@@ -169,6 +178,21 @@ def test_a_running_views_board_follows_the_registry_new_runs_appear_trashed_runs
     wait_until(lambda: "vision/keep-00" not in (board_runs(bob, board_url) or ["vision/keep-00"]),
                timeout=120, what="the trashed run to leave the view's board")  # fmt: skip
     assert board_runs(bob, board_url) == ["vision/keep-01", "vision/keep-02"]
+
+
+def test_the_storage_watcher_neither_watches_nor_warns_about_a_views_directories(
+    server: TbhubServer,
+) -> None:
+    board_url, _runs = open_view(server.sign_in("bob", "bob-password"), "unwatched")
+    view_dirs = directory_inodes(
+        server.storage / COMPARE_DIR_NAME / board_url.strip("/").rsplit("/", 1)[1]
+    )
+    assert len(view_dirs) > 1, "the view holds its runs' directories"
+    assert server.process is not None
+    watched = watched_inodes(server.process.pid, children=True)
+    assert (server.storage / "vision").stat().st_ino in watched, "the project is watched"
+    assert not view_dirs & watched
+    assert "already exists for watch" not in server.log()
 
 
 def test_tbhub_views_lists_makes_and_deletes_views_over_the_api(

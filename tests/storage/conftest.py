@@ -1,4 +1,5 @@
-"""A run directory on a real filesystem, for the upload store's tests."""
+"""A run directory on a real filesystem, for the upload store's tests; a storage root with
+project vision and each observer mode, for the watcher's."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tbhub.domain.observers import WatchMode
 
 
 @pytest.fixture
@@ -21,3 +24,15 @@ def run_fd(run_dir: Path) -> Iterator[int]:
     fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     yield fd
     os.close(fd)
+
+
+@pytest.fixture(params=["inotify", "polling"])
+def mode(request: pytest.FixtureRequest) -> WatchMode:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Path:
+    root = tmp_path / "storage"
+    (root / "vision").mkdir(parents=True)
+    return root

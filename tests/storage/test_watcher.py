@@ -42,18 +42,6 @@ class RecordingSink:
             return self.runs.get((project, path))
 
 
-@pytest.fixture(params=["inotify", "polling"])
-def mode(request: pytest.FixtureRequest) -> WatchMode:
-    return request.param  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def storage(tmp_path: Path) -> Path:
-    root = tmp_path / "storage"
-    (root / "vision").mkdir(parents=True)
-    return root
-
-
 @pytest.fixture
 def watched(storage: Path, mode: WatchMode) -> Iterator[tuple[StorageWatcher, RecordingSink]]:
     sink = RecordingSink()

@@ -19,15 +19,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from joserfc import jwt
-from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
-from joserfc.jwt import JWTClaimsRegistry
 
 from tbhub.auth.sessions import Signer
 
 if TYPE_CHECKING:
     from authlib.integrations.httpx_client import OAuth2Client
+    from joserfc.jwk import KeySet
 from tbhub.core.errors import ConfigError, NotAuthenticated
 
 PENDING_COOKIE = "tbhub_oidc"
@@ -121,6 +118,10 @@ class OidcClient:
         return data
 
     def keys(self, refresh: bool = False) -> KeySet:
+        # joserfc (and cryptography under it) on the first sign-in: 4 MiB that an
+        # installation without OIDC, and each API worker until then, does not hold.
+        from joserfc.jwk import KeySet
+
         metadata = self.metadata()
         with self._lock:
             if self._keys is None or refresh:
@@ -204,6 +205,10 @@ class OidcClient:
         )
 
     def _validate_id_token(self, id_token: str, nonce: str) -> dict[str, Any]:
+        from joserfc import jwt
+        from joserfc.errors import JoseError
+        from joserfc.jwt import JWTClaimsRegistry
+
         if not id_token:
             raise SignInRefused("the identity provider sent no ID token; check the scopes")
         try:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from tbhub.core.resources import alembic_dir
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 # Starlette runs sync routes and dependencies on anyio's threadpool, 40 threads at most; a
 # request holds at most its own session's connection and one of a domain function's own
@@ -109,6 +110,8 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config  # migrations only: not in an API worker's memory
+
     config = Config()
     config.set_main_option("script_location", str(alembic_dir()))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -116,4 +119,6 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)

@@ -10,6 +10,9 @@ of silence, and make the leader's own heartbeat fail in the same time.
 
 The connection also LISTENs on WAKE_CHANNEL: a replica that records a wish for a board
 (the auth hook, the API) notifies it, so the leader's supervisor starts a pass at once.
+
+psycopg is imported where a function uses it (here, serve/replica.py, serve/cache_events.py),
+which happens on PostgreSQL alone: on SQLite no process of a server loads it.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    import psycopg
 
 # Every advisory lock tbhub takes is an (int4, int4) pair: (LOCK_CLASS, one of the keys below).
 # LOCK_CLASS spells "tbhu"; keys are scoped to the database, so two installations on one
@@ -139,6 +144,8 @@ def notify_wake(session: Session) -> None:
 def lock_connection(database_url: str, name: str) -> psycopg.Connection[tuple[Any, ...]]:
     """A connection of its own for holding advisory locks, with the keepalives above, named
     `name` (its application_name) for pg_stat_activity."""
+    import psycopg
+
     return psycopg.connect(
         libpq_url(database_url),
         autocommit=True,
@@ -157,6 +164,8 @@ def lock_connection(database_url: str, name: str) -> psycopg.Connection[tuple[An
 def job_lock_held(database_url: str, job: str) -> Iterator[str | None]:
     """Hold the lock of `job` for the block. Yields None if it was taken, or the name of the
     session (a replica's or an admin command's) that holds it."""
+    import psycopg
+
     conn = lock_connection(
         database_url, f"tbhub {job} job {socket.gethostname()} pid {os.getpid()}"
     )
@@ -239,5 +248,7 @@ class LeaderLock:
 
     def _live(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self._conn is None or self._conn.closed:
+            import psycopg
+
             raise psycopg.OperationalError("the lock connection is closed")
         return self._conn

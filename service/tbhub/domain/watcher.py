@@ -4,12 +4,13 @@ decision 9).
 
 watchdog's inotify observer watches local disks. On NFS/CIFS/FUSE, where inotify misses what
 other clients write, its polling observer walks the tree every `watch_poll_interval` seconds
-with `lstat`, so a symlink (out of the project, say) is never walked into. Either way an event
-only marks a directory dirty. A flush thread then re-measures each dirty run, or each new
-subtree, with the walk retention uses (jobs/scan.py), so a change costs one run's walk and
-never the whole tree's. The results go to a sink (the runs table); the watcher keeps the last
-state it reported per project. Every change also calls `on_change`, the job runner's hook
-for change-triggered backups.
+with `lstat`, so a symlink (out of the project, say) is never walked into; neither looks into
+the compare boards' views (domain/observers.py). Either way an event only marks a directory
+dirty. A flush thread then re-measures each dirty run, or each new subtree, with the walk
+retention uses (jobs/scan.py), so a change costs one run's walk and never the whole tree's.
+The results go to a sink (the runs table); the watcher keeps the last state it reported per
+project. Every change also calls `on_change`, the job runner's hook for change-triggered
+backups.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -38,9 +39,10 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from tbhub.core.errors import StorageUnavailable
-from tbhub.core.fstype import is_network_filesystem, network_mounts_below
+from tbhub.core.fstype import network_mounts_below
 from tbhub.core.metrics import instruments
 from tbhub.core.names import PROJECT_SLUG
+from tbhub.domain.observers import Unwatched, WatchMode, make_observer
 from tbhub.storage.event_health import FramingWatch, Healer
 from tbhub.storage.paths import project_problem
 from tbhub.storage.reach import within
@@ -57,7 +59,6 @@ from tbhub.storage.scan import (
 
 log = logging.getLogger("tbhub.watcher")
 
-WatchMode = Literal["inotify", "polling"]
 # Only changes. Without this filter inotify also reports every open and close of a directory,
 # and each walk (ours, or watchdog re-adding watches) floods its queue with them.
 CHANGE_EVENTS = [
@@ -135,23 +136,6 @@ class RunIndex:
             return self._bytes.get(project)
 
 
-def choose_mode(root: Path, configured: str) -> WatchMode:
-    if configured in ("inotify", "polling"):
-        return configured  # type: ignore[return-value]
-    return "polling" if is_network_filesystem(root) else "inotify"
-
-
-def make_observer(mode: WatchMode, poll_interval: float) -> BaseObserver:
-    if mode == "inotify":
-        from watchdog.observers.inotify import InotifyObserver
-
-        return InotifyObserver()
-    from watchdog.observers.polling import PollingObserverVFS
-
-    # lstat: a symlinked directory is a link, not a directory to walk into.
-    return PollingObserverVFS(stat=os.lstat, listdir=os.scandir, polling_interval=poll_interval)
-
-
 class StorageWatcher:
     def __init__(
         self,
@@ -168,12 +152,16 @@ class StorageWatcher:
         min_gap: float = 0.5,
         retry_after: float = 5.0,
         storage_wait: float = 10.0,
+        unwatched: Collection[Path] = (),
     ) -> None:
         self.root = root.resolve()
         self.sink = sink
         self.mode = mode
         self.poll_interval = poll_interval
         self.on_change = on_change
+        # Directories under the root that no observer watches: the compare boards' views
+        # (domain/observers.py says why).
+        self.unwatched = Unwatched.of(unwatched)
         # The project's registered runs: each is a run whatever it holds, and owns its
         # subtree, so event files in its subdirectories never become runs of their own.
         self.claims = claims
@@ -215,7 +203,7 @@ class StorageWatcher:
 
     def _start_observer(self) -> BaseObserver:
         handler = _Handler(self)
-        observer = make_observer(self.mode, self.poll_interval)
+        observer = make_observer(self.mode, self.poll_interval, self.unwatched)
         observer.schedule(handler, str(self.root), recursive=True, event_filter=CHANGE_EVENTS)
         try:
             observer.start()
@@ -228,7 +216,7 @@ class StorageWatcher:
                 "fs.inotify.max_user_watches to use inotify)", self.root, exc, self.poll_interval
             )  # fmt: skip
             self.mode = "polling"
-            observer = make_observer("polling", self.poll_interval)
+            observer = make_observer("polling", self.poll_interval, self.unwatched)
             observer.schedule(handler, str(self.root), recursive=True, event_filter=CHANGE_EVENTS)
             observer.start()
         log.info("watching %s for runs (%s)", self.root, self.mode)
@@ -243,7 +231,7 @@ class StorageWatcher:
         mounts = network_mounts_below(self.root)
         if not mounts:
             return None
-        observer = make_observer("polling", self.poll_interval)
+        observer = make_observer("polling", self.poll_interval, self.unwatched)
         for mount in mounts:
             observer.schedule(handler, str(mount), recursive=True, event_filter=CHANGE_EVENTS)
             log.info("polling %s every %gs: a network filesystem", mount, self.poll_interval)

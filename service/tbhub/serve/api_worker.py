@@ -24,11 +24,10 @@ from collections.abc import Callable
 from tbhub.core.log_context import configure_logging
 from tbhub.core.processes import end_with_parent
 from tbhub.http.deps import AppContext
+from tbhub.serve.api_process import board_observed, run_api_server, start_metrics
 from tbhub.serve.app import build_context, create_app
 from tbhub.serve.cache_events import announcer, on_postgresql
-from tbhub.serve.duties import board_observed
 from tbhub.serve.replica import write_accesses
-from tbhub.serve.server import run_api_server, start_metrics
 from tbhub.serve.workers import WorkerSpec, poke
 from tbhub.storage.scalars import load_reader
 

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -113,6 +112,8 @@ class CacheListener:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        import psycopg  # PostgreSQL alone runs this (core/leader_lock.py)
+
         while not self._stop.is_set():
             try:
                 with psycopg.connect(libpq_url(self.database_url), autocommit=True,

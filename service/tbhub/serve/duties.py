@@ -17,11 +17,13 @@ from typing import Any
 
 from tbhub.core.db import transaction
 from tbhub.core.settings import Settings
+from tbhub.domain.observers import choose_mode
 from tbhub.domain.run_sink import DatabaseRunSink
-from tbhub.domain.watcher import StorageWatcher, choose_mode
+from tbhub.domain.watcher import StorageWatcher
 from tbhub.health.monitor import HealthMonitor
 from tbhub.housekeeping.runner import JobRunner, start_jobs
 from tbhub.http.deps import AppContext
+from tbhub.serve.api_process import board_observed
 from tbhub.storage.compare_view import compare_root
 from tbhub.storage.event_health import Healer
 from tbhub.supervisor.backends.base import Backend
@@ -60,19 +62,11 @@ def start_watcher(
         claims=sink.registered,
         healer=Healer(heal),
         on_event_files=monitor.event_files if monitor is not None else None,
+        unwatched=[compare_root(settings)],
     )
     watcher.start()
     context.usage.watcher = watcher
     return watcher
-
-
-def board_observed(context: AppContext) -> None:
-    """The supervisor wrote a change: the gate reads the boards again, and starting pages
-    waiting on one answer now (api/board_state.py), in this process and in every API worker
-    (which calls this in turn, its own `tell_workers` doing nothing)."""
-    context.boards.invalidate()
-    context.board_changes.notify()
-    context.tell_workers()
 
 
 def start_monitor(settings: Settings, context: AppContext) -> HealthMonitor | None:

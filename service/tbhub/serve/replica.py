@@ -19,7 +19,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol
 
-import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -166,6 +165,8 @@ class Replica:
         """A standby leaving that finds the leader lock free and no other replica. A leader
         that has just left may hold its locks a moment longer (its session ends after its
         connection closed), so the lock is tried for up to LAST_OUT_WAIT seconds."""
+        import psycopg  # PostgreSQL alone runs this (core/leader_lock.py)
+
         if self.lock is None or not self.lock.connected:
             return False
         deadline = time.monotonic() + LAST_OUT_WAIT
@@ -181,6 +182,8 @@ class Replica:
     # -- the lock thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        import psycopg  # PostgreSQL alone runs this (core/leader_lock.py)
+
         assert self.lock is not None
         while not self._stop.is_set():
             try:
@@ -238,6 +241,8 @@ class Replica:
 
     def _others_or_none(self) -> list[ReplicaRow]:
         """The other replicas; none when there is no lock or it cannot tell."""
+        import psycopg  # PostgreSQL alone runs this (core/leader_lock.py)
+
         if self.lock is None or not self.lock.connected:
             return []
         try:

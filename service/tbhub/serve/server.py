@@ -6,12 +6,10 @@ from __future__ import annotations
 import gc
 import logging
 import secrets
-import socket
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-import uvicorn
 from sqlalchemy.engine import make_url
 
 from tbhub.core.db import upgrade
@@ -19,10 +17,10 @@ from tbhub.core.errors import ConfigError
 from tbhub.core.leader_lock import LeaderLock, key_fingerprint, replica_name
 from tbhub.core.locks import LockHeld, hold_lock
 from tbhub.core.log_context import configure_logging
-from tbhub.core.metrics import turn_off, use_directory
 from tbhub.core.settings import Settings, prepare_runtime
 from tbhub.http.deps import AppContext
 from tbhub.http.public_url import startup_warning
+from tbhub.serve.api_process import run_api_server, start_metrics
 from tbhub.serve.app import build_context, create_app
 from tbhub.serve.cache_events import CacheListener, announcer, on_postgresql
 from tbhub.serve.duties import LeaderDuties
@@ -71,32 +69,6 @@ def make_replica(settings: Settings, context: AppContext) -> Replica:
     )
     context.wake_supervisor = replica.wake
     return replica
-
-
-# How long a process of the control plane keeps an idle connection from nginx open: longer
-# than nginx keeps one in its upstreams' caches (`keepalive_timeout 60s` in
-# nginx/tbhub.conf.j2), so nginx is always the side that closes. With uvicorn's default of
-# 5 s, a request nginx sent down a connection the process was closing at that moment got
-# a 502 (a POST is never sent again).
-API_KEEP_ALIVE_SECONDS = 75
-
-
-def run_api_server(app: Any, listener: socket.socket) -> None:
-    """Answer the control plane's HTTP on `listener` until stopped: the first process or a
-    worker."""
-    config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
-                            timeout_keep_alive=API_KEEP_ALIVE_SECONDS)  # fmt: skip
-    uvicorn.Server(config).run(sockets=[listener])
-
-
-def start_metrics(settings: Settings, *, fresh: bool = True) -> None:
-    """Before anything counts: every process of this server keeps its values under the data
-    dir (prometheus-client's multiprocess mode), or none counts at all. `fresh`: the first
-    process, which removes the files of an earlier run."""
-    if settings.metrics_enabled:
-        use_directory(settings.data_dir / "metrics", fresh=fresh)
-    else:
-        turn_off()
 
 
 def serve(settings: Settings, *, with_nginx: bool = True, lock: IO[str] | None = None) -> None:

@@ -145,11 +145,13 @@ def _list(fd: int, st: os.stat_result, now: float) -> _Listing:
 
 def load_reader() -> None:
     """Import what reading event files needs (TensorBoard's protos), which the functions
-    below import on first use so that the CLI never pays for it; `tbhub serve` calls this
-    before it freezes its start-up objects out of the garbage collector's way."""
+    below import on first use so that the CLI never pays for it; `tbhub serve` and each API
+    worker call this before they freeze their start-up objects out of the garbage
+    collector's way. Not TensorBoard's tensor_util, which brings numpy (8 MiB in every
+    process): only a scalar in an uncommon layout or a histogram's finiteness needs it,
+    and it is imported then."""
     from google.protobuf.message import DecodeError  # noqa: F401
     from tensorboard.compat.proto.event_pb2 import Event  # noqa: F401
-    from tensorboard.util import tensor_util  # noqa: F401
 
 
 def _tensor_scalar(tensor: Any) -> float | None:
