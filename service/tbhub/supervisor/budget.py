@@ -55,12 +55,18 @@ def starts_beside(running: Sequence[int | None], last_pss: int | None, budget: i
                   estimate: int) -> bool:  # fmt: skip
     """Whether one more board would start within the budget beside the running boards
     (their PSS, None where not yet measured) with none of them evicted: costed as admit()
-    costs a cold start (its own last PSS, else a typical board's, at most the budget)."""
+    costs a cold start, cold_start_cost)."""
     if budget is None:
         return True
     typical = typical_pss([pss for pss in running if pss], estimate)
     used = sum(pss or typical for pss in running)
-    return used + (last_pss or min(typical, budget)) <= budget
+    return used + cold_start_cost(last_pss, typical, budget) <= budget
+
+
+def cold_start_cost(last_pss: int | None, typical: int, budget: int) -> int:
+    """What a board starting cold is counted to hold: its own last PSS, else a typical
+    board's, at most the whole budget (so with nothing else running it starts)."""
+    return last_pss or min(typical, budget)
 
 
 # The setting an operator raises when the budget is too small (docs/configuration.md).
@@ -93,7 +99,7 @@ def admit(
     typical = typical_pss([pss for i in live if (pss := last_seen(i))], policy.board_estimate)
 
     def cost(want: Desired) -> int:
-        return want.last_pss or min(typical, budget)
+        return cold_start_cost(want.last_pss, typical, budget)
 
     def held(instance: Instance) -> int:
         return last_seen(instance) or typical
