@@ -55,7 +55,7 @@ def starts_beside(running: Sequence[int | None], last_pss: int | None, budget: i
                   estimate: int) -> bool:  # fmt: skip
     """Whether one more board would start within the budget beside the running boards
     (their PSS, None where not yet measured) with none of them evicted: costed as admit()
-    costs a cold start, cold_start_cost)."""
+    costs a cold start (cold_start_cost)."""
     if budget is None:
         return True
     typical = typical_pss([pss for pss in running if pss], estimate)
