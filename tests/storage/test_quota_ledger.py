@@ -4,8 +4,10 @@ storage/receive.py on real files, their bytes let in, given back, or never asked
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,6 +90,26 @@ def test_one_process_walks_a_project_once_a_ttl_for_all(tmp_path: Path) -> None:
     for ledger in (first, second, first, second):
         assert ledger.reserve("vision", 10, QUOTA, walking(0, walks)).granted
     assert walks == [0]
+
+
+def test_a_walk_that_fails_lets_nothing_in_and_the_next_asker_walks_at_once(
+    tmp_path: Path,
+) -> None:
+    ledger = QuotaLedger(tmp_path, ttl=0.5)
+    assert ledger.reserve("vision", 100, QUOTA, walking(0)).granted
+    ledger.settle("vision", 100, 100)
+    time.sleep(0.6)  # the walk is due
+
+    def lost() -> int:
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    with pytest.raises(OSError, match="not connected"):
+        ledger.reserve("vision", 900, QUOTA, lost)
+    # Its claim was given back: the next asker walks, instead of deciding on the old walk
+    # for a ttl while nobody walks; and the failed chunk was never counted.
+    walks: list[int] = []
+    decision = ledger.reserve("vision", 900, QUOTA, walking(100, walks))
+    assert walks == [100] and decision.granted and decision.used == 100
 
 
 def test_a_project_without_a_walk_is_walked_before_anything_is_let_in(tmp_path: Path) -> None:

@@ -72,7 +72,8 @@ class QuotaLedger:
     def reserve(self, project: str, size: int, quota: int, walk: Callable[[], int]) -> Decision:
         """Let a `size`-byte chunk in when the project's count stays within `quota`, adding
         it to the count in the same step. `walk()` measures the project's directory; it runs
-        outside the lock, when there is no walk yet or this process is the one to redo it."""
+        outside the lock, when there is no walk yet or this process is the one to redo it.
+        A walk that fails (a lost mount) lets nothing in and gives its claim back."""
         with self._locked(project) as record:
             now = time.monotonic_ns()
             if record.walk_began:  # without a walk nobody can decide: each asker walks
@@ -83,7 +84,13 @@ class QuotaLedger:
             record.walk_claimed = now
             anchor = record.settled
         began = time.monotonic_ns()
-        walked = walk()
+        try:
+            walked = walk()
+        except BaseException:  # nothing was let in; the next asker walks, not in ttl
+            with self._locked(project) as record:
+                if record.walk_claimed == now:
+                    record.walk_claimed = 0
+            raise
         with self._locked(project) as record:
             stored_is_newer = began < record.walk_began <= time.monotonic_ns()
             if not stored_is_newer:  # a walk from before a reboot is never newer
