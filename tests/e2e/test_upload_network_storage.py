@@ -23,7 +23,7 @@ from tbhub.core.upload_protocol import BATCH_TYPE, content_digest, pack_batch
 from tbhub.domain.projects import get_project
 from tbhub.storage.reach import DEFAULT_WAIT
 from tbhub.storage.sample_logs import write_run
-from tests.e2e.harness import TBHUB, TbhubServer
+from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
 
 pytestmark = pytest.mark.e2e
@@ -164,11 +164,11 @@ def test_a_hung_mount_answers_upload_requests_503_within_the_bound(site: Site) -
     site.remote.hang()
     started = time.monotonic()
     assert_unavailable(site.put(f"{url}a.bin", data))
-    assert_unavailable(site.api.get(url))
+    assert_unavailable(site.api.get(f"{url}a.bin"))
     assert time.monotonic() - started < 2 * DEFAULT_WAIT + 3
-    site.remote.resume()
-    done = site.put(f"{url}a.bin", data)
-    assert done.status_code == 200, done.text
+    site.remote.resume()  # the calls left waiting end, and with them the fast refusals
+    wait_until(lambda: site.put(f"{url}a.bin", data).status_code == 200, timeout=30,
+               what="the upload once the mount answers")  # fmt: skip
     assert (site.remote.backing / str(run["path"]) / "a.bin").read_bytes() == data
 
 

@@ -30,7 +30,7 @@ from tbhub.core.upload_protocol import check_digest, unpack_batch
 from tbhub.storage import uploads
 from tbhub.storage.fsops import open_below, split_relative
 from tbhub.storage.paths import open_project
-from tbhub.storage.reach import answered_if_lost, within
+from tbhub.storage.reach import DEFAULT_WAIT, answered_if_lost, within
 from tbhub.storage.upload_io import direct_length, gathered
 from tbhub.storage.uploads import FileState
 from tbhub.storage.usage import ProjectUsage
@@ -40,6 +40,9 @@ T = TypeVar("T")
 # the request threads bound a burst, not reach's MAX_IN_FLIGHT, which healthy uploads of one
 # project (8 files at once from each job) would pass.
 IN_FLIGHT = 64
+# The run's whole file list may take a while on a slow mount with many files: it waits
+# longer than one file's state, and less than the client's 30 s before it gives up.
+LIST_WAIT = 20.0
 
 
 def unavailable_message(project: str) -> str:
@@ -76,11 +79,17 @@ class UploadTarget:
         finally:
             os.close(project)
 
-    def reach(self, call: Callable[[], T], *, discard: Callable[[T], object] | None = None) -> T:
+    def reach(
+        self,
+        call: Callable[[], T],
+        *,
+        timeout: float = DEFAULT_WAIT,
+        discard: Callable[[T], object] | None = None,
+    ) -> T:
         """`call()` on the project's storage in a thread of its own: StorageUnavailable, saying
-        how the upload goes on, when the mount is lost or does not answer in time."""
+        how the upload goes on, when the mount is lost or does not answer within `timeout`."""
         return within(
-            f"upload:{self.project}", call,
+            f"upload:{self.project}", call, timeout=timeout,
             message=self.unavailable, max_in_flight=IN_FLIGHT, discard=discard,
         )  # fmt: skip
 
@@ -152,7 +161,7 @@ def _file_state(target: UploadTarget, parts: list[str]) -> FileState:
 
 
 def list_files(target: UploadTarget) -> list[FileState]:
-    return target.reach(partial(_list_files, target))
+    return target.reach(partial(_list_files, target), timeout=LIST_WAIT)
 
 
 def _list_files(target: UploadTarget) -> list[FileState]:
