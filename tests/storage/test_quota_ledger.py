@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tbhub.core.errors import InsufficientStorage
+from tbhub.storage import quota_ledger
 from tbhub.storage.quota_ledger import QuotaLedger
 from tbhub.storage.receive import UploadTarget, receive_chunk
 from tbhub.storage.usage import ProjectUsage
@@ -117,11 +120,73 @@ def test_a_project_without_a_walk_is_walked_before_anything_is_let_in(tmp_path: 
     assert not decision.granted and decision.used == 950
 
 
-def test_clear_forgets_the_chunks_a_dead_process_left_in_flight(tmp_path: Path) -> None:
+def test_clear_forgets_every_chunk_in_flight(tmp_path: Path) -> None:
     ledger = QuotaLedger(tmp_path / "ledger")
     assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted  # never settled
     ledger.clear()
     assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted
+
+
+# A process that lets a 900-byte chunk in, says so, and waits (to be killed before it settles).
+LETS_IN_AND_WAITS = """
+import sys
+from pathlib import Path
+from tbhub.storage import quota_ledger
+from tbhub.storage.quota_ledger import QuotaLedger
+assert QuotaLedger(Path(sys.argv[1])).reserve("vision", 900, 1000, lambda: 0).granted
+print("let in", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_process_chunk_is_given_back_at_the_next_walk_and_a_live_ones_is_not(
+    tmp_path: Path,
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", LETS_IN_AND_WAITS, str(tmp_path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "let in\n"
+        ledger = QuotaLedger(tmp_path, ttl=0)  # every reservation walks, and looks first
+        assert ledger.reserve("vision", 0, QUOTA, walking(0)).used == 900  # still writing
+    finally:
+        child.kill()  # SIGKILL: it never settles
+        child.wait(timeout=10)
+    decision = ledger.reserve("vision", 900, QUOTA, walking(0))
+    assert decision.granted and decision.used == 0
+
+
+def test_a_killed_process_chunk_waits_for_the_next_walk_which_counts_what_it_wrote(
+    tmp_path: Path,
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", LETS_IN_AND_WAITS, str(tmp_path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "let in\n"
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    fresh = QuotaLedger(tmp_path, ttl=60)  # the child's walk is fresh: nobody walks yet
+    assert fresh.reserve("vision", 0, QUOTA, walking(0)).used == 900  # the safe side
+    walking_again = QuotaLedger(tmp_path, ttl=0)
+    assert walking_again.reserve("vision", 0, QUOTA, walking(300)).used == 300  # it wrote 300
+
+
+def test_a_pid_taken_by_another_process_is_not_the_process_that_let_a_chunk_in() -> None:
+    pid, started = quota_ledger.this_process()
+    assert quota_ledger.alive((pid, started))
+    assert not quota_ledger.alive((pid, started - 5.0))  # this PID, an earlier process
+
+
+def test_a_full_table_of_live_processes_counts_another_chunk_untracked() -> None:
+    record = quota_ledger._Record()
+    for pid in range(1, quota_ledger.SLOTS + 1):
+        record.let_in((pid, 1.0), 10, lambda _owner: True)
+    record.let_in((999, 1.0), 10, lambda _owner: True)
+    assert record.reserved == 10 * (quota_ledger.SLOTS + 1)
+    assert (999, 1.0) not in record.in_flight
+    record.let_in((999, 1.0), 10, lambda owner: owner[0] != 1)  # process 1 is gone: room
+    assert record.in_flight[(999, 1.0)] == 10 and (1, 1.0) not in record.in_flight
+    assert quota_ledger._Record.unpack(record.pack()) == record
 
 
 @pytest.mark.parametrize("project", ["../vision", "Vision", "", "a/b"])
