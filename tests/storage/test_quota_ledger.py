@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -139,18 +140,27 @@ sys.stdin.read()
 """
 
 
+@contextmanager
+def a_process_that_let_in(directory: Path) -> Iterator[None]:
+    """A child process that has let a 900-byte chunk in, SIGKILLed (before it settles)
+    when the block ends."""
+    command = [sys.executable, "-c", LETS_IN_AND_WAITS, str(directory)]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "let in\n"
+            yield
+        finally:
+            child.kill()
+            child.wait(timeout=10)
+
+
 def test_a_killed_process_chunk_is_given_back_at_the_next_walk_and_a_live_ones_is_not(
     tmp_path: Path,
 ) -> None:
-    child = subprocess.Popen([sys.executable, "-c", LETS_IN_AND_WAITS, str(tmp_path)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert child.stdout is not None and child.stdout.readline() == "let in\n"
-        ledger = QuotaLedger(tmp_path, ttl=0)  # every reservation walks, and looks first
+    ledger = QuotaLedger(tmp_path, ttl=0)  # every reservation walks, and looks first
+    with a_process_that_let_in(tmp_path):
         assert ledger.reserve("vision", 0, QUOTA, walking(0)).used == 900  # still writing
-    finally:
-        child.kill()  # SIGKILL: it never settles
-        child.wait(timeout=10)
     decision = ledger.reserve("vision", 900, QUOTA, walking(0))
     assert decision.granted and decision.used == 0
 
@@ -158,13 +168,8 @@ def test_a_killed_process_chunk_is_given_back_at_the_next_walk_and_a_live_ones_i
 def test_a_killed_process_chunk_waits_for_the_next_walk_which_counts_what_it_wrote(
     tmp_path: Path,
 ) -> None:
-    child = subprocess.Popen([sys.executable, "-c", LETS_IN_AND_WAITS, str(tmp_path)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert child.stdout is not None and child.stdout.readline() == "let in\n"
-    finally:
-        child.kill()
-        child.wait(timeout=10)
+    with a_process_that_let_in(tmp_path):
+        pass
     fresh = QuotaLedger(tmp_path, ttl=60)  # the child's walk is fresh: nobody walks yet
     assert fresh.reserve("vision", 0, QUOTA, walking(0)).used == 900  # the safe side
     walking_again = QuotaLedger(tmp_path, ttl=0)
