@@ -4,14 +4,20 @@ storage/receive.py on real files, their bytes let in, given back, or never asked
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from tbhub.core.errors import InsufficientStorage
+from tbhub.storage import quota_ledger
 from tbhub.storage.quota_ledger import QuotaLedger
 from tbhub.storage.receive import UploadTarget, receive_chunk
 from tbhub.storage.usage import ProjectUsage
@@ -90,16 +96,102 @@ def test_one_process_walks_a_project_once_a_ttl_for_all(tmp_path: Path) -> None:
     assert walks == [0]
 
 
+def test_a_walk_that_fails_lets_nothing_in_and_the_next_asker_walks_at_once(
+    tmp_path: Path,
+) -> None:
+    ledger = QuotaLedger(tmp_path, ttl=0.5)
+    assert ledger.reserve("vision", 100, QUOTA, walking(0)).granted
+    ledger.settle("vision", 100, 100)
+    time.sleep(0.6)  # the walk is due
+
+    def lost() -> int:
+        raise OSError(errno.ENOTCONN, "Transport endpoint is not connected")
+
+    with pytest.raises(OSError, match="not connected"):
+        ledger.reserve("vision", 900, QUOTA, lost)
+    # Its claim was given back: the next asker walks, instead of deciding on the old walk
+    # for a ttl while nobody walks; and the failed chunk was never counted.
+    walks: list[int] = []
+    decision = ledger.reserve("vision", 900, QUOTA, walking(100, walks))
+    assert walks == [100] and decision.granted and decision.used == 100
+
+
 def test_a_project_without_a_walk_is_walked_before_anything_is_let_in(tmp_path: Path) -> None:
     decision = QuotaLedger(tmp_path).reserve("vision", 100, QUOTA, walking(950))
     assert not decision.granted and decision.used == 950
 
 
-def test_clear_forgets_the_chunks_a_dead_process_left_in_flight(tmp_path: Path) -> None:
+def test_clear_forgets_every_chunk_in_flight(tmp_path: Path) -> None:
     ledger = QuotaLedger(tmp_path / "ledger")
     assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted  # never settled
     ledger.clear()
     assert ledger.reserve("vision", 900, QUOTA, walking(0)).granted
+
+
+# A process that lets a 900-byte chunk in, says so, and waits (to be killed before it settles).
+LETS_IN_AND_WAITS = """
+import sys
+from pathlib import Path
+from tbhub.storage import quota_ledger
+from tbhub.storage.quota_ledger import QuotaLedger
+assert QuotaLedger(Path(sys.argv[1])).reserve("vision", 900, 1000, lambda: 0).granted
+print("let in", flush=True)
+sys.stdin.read()
+"""
+
+
+@contextmanager
+def a_process_that_let_in(directory: Path) -> Iterator[None]:
+    """A child process that has let a 900-byte chunk in, SIGKILLed (before it settles)
+    when the block ends."""
+    command = [sys.executable, "-c", LETS_IN_AND_WAITS, str(directory)]
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "let in\n"
+            yield
+        finally:
+            child.kill()
+            child.wait(timeout=10)
+
+
+def test_a_killed_process_chunk_is_given_back_at_the_next_walk_and_a_live_ones_is_not(
+    tmp_path: Path,
+) -> None:
+    ledger = QuotaLedger(tmp_path, ttl=0)  # every reservation walks, and looks first
+    with a_process_that_let_in(tmp_path):
+        assert ledger.reserve("vision", 0, QUOTA, walking(0)).used == 900  # still writing
+    decision = ledger.reserve("vision", 900, QUOTA, walking(0))
+    assert decision.granted and decision.used == 0
+
+
+def test_a_killed_process_chunk_waits_for_the_next_walk_which_counts_what_it_wrote(
+    tmp_path: Path,
+) -> None:
+    with a_process_that_let_in(tmp_path):
+        pass
+    fresh = QuotaLedger(tmp_path, ttl=60)  # the child's walk is fresh: nobody walks yet
+    assert fresh.reserve("vision", 0, QUOTA, walking(0)).used == 900  # the safe side
+    walking_again = QuotaLedger(tmp_path, ttl=0)
+    assert walking_again.reserve("vision", 0, QUOTA, walking(300)).used == 300  # it wrote 300
+
+
+def test_a_pid_taken_by_another_process_is_not_the_process_that_let_a_chunk_in() -> None:
+    pid, started = quota_ledger.this_process()
+    assert quota_ledger.alive((pid, started))
+    assert not quota_ledger.alive((pid, started - 5.0))  # this PID, an earlier process
+
+
+def test_a_full_table_of_live_processes_counts_another_chunk_untracked() -> None:
+    record = quota_ledger._Record()
+    for pid in range(1, quota_ledger.SLOTS + 1):
+        record.let_in((pid, 1.0), 10, lambda _owner: True)
+    record.let_in((999, 1.0), 10, lambda _owner: True)
+    assert record.reserved == 10 * (quota_ledger.SLOTS + 1)
+    assert (999, 1.0) not in record.in_flight
+    record.let_in((999, 1.0), 10, lambda owner: owner[0] != 1)  # process 1 is gone: room
+    assert record.in_flight[(999, 1.0)] == 10 and (1, 1.0) not in record.in_flight
+    assert quota_ledger._Record.unpack(record.pack()) == record
 
 
 @pytest.mark.parametrize("project", ["../vision", "Vision", "", "a/b"])

@@ -7,6 +7,8 @@ loopback port and mounted over sshfs (FUSE), with ways to break it as NFS breaks
   ("Transport endpoint is not connected"), as a dropped connection does.
 - `slow(stopped, running)`: sshfs is stopped and continued in turn, so each metadata call
   waits up to `stopped` seconds; bounded, and undone by `resume()`.
+- `remount()`: after `drop()`, the dead mount is unmounted and mounted again from the same
+  server: the mount is back, with everything the server holds.
 
 The sshd and sshfs processes are tracked by PID (each in its own process group) and
 stopped by it. Teardown always continues what it stopped, then unmounts (`fusermount3 -u`,
@@ -24,7 +26,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,7 @@ class SshfsMount:
     backing: Path  # the directory the server serves: what "another client" writes
     sshd: subprocess.Popen[bytes]
     sshfs: subprocess.Popen[bytes]
+    _mount: Callable[[], subprocess.Popen[bytes]]  # starts sshfs on the mountpoint
     _stopped: bool = False
     _cycler: threading.Thread | None = None
     _cycling: threading.Event = field(default_factory=threading.Event)
@@ -87,6 +90,12 @@ class SshfsMount:
             os.kill(self.sshfs.pid, signal.SIGKILL)
             self.sshfs.wait(timeout=10)
         self._stopped = False
+
+    def remount(self) -> None:
+        """Undo drop(): the dead mount unmounted, then sshfs started again on it."""
+        _stop(self.sshfs)
+        unmount(self.mountpoint)
+        self.sshfs = self._mount()
 
     def slow(self, stopped: float = 0.2, running: float = 0.05) -> None:
         """Stop and continue sshfs in turn, `stopped` then `running` seconds, until
@@ -161,35 +170,42 @@ def sshfs_mount(
     with open(sshd_log, "wb") as log:
         sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    sshfs: subprocess.Popen[bytes] | None = None
     mount: SshfsMount | None = None
-    try:
-        _wait(lambda: _listening(port), "the private sshd", sshd, sshd_log)
-        options = [
-            f"IdentityFile={keys / 'client'}", "BatchMode=yes", "StrictHostKeyChecking=no",
-            "UserKnownHostsFile=/dev/null", "LogLevel=ERROR", "allow_other",
-            f"dir_cache={'yes' if dir_cache else 'no'}",
-        ]  # fmt: skip
-        with open(sshfs_log, "wb") as log:
-            sshfs = subprocess.Popen(
+    options = [
+        f"IdentityFile={keys / 'client'}", "BatchMode=yes", "StrictHostKeyChecking=no",
+        "UserKnownHostsFile=/dev/null", "LogLevel=ERROR", "allow_other",
+        f"dir_cache={'yes' if dir_cache else 'no'}",
+    ]  # fmt: skip
+
+    def start_sshfs() -> subprocess.Popen[bytes]:
+        with open(sshfs_log, "ab") as log:
+            started = subprocess.Popen(
                 ["sshfs", "-f", "-p", str(port), "-o", ",".join(options),
                  f"root@127.0.0.1:{backing}", str(mountpoint)],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
-        _wait(lambda: is_mounted(mountpoint), "the sshfs mount", sshfs, sshfs_log)
-        mount = SshfsMount(mountpoint, backing, sshd, sshfs)
+        try:
+            _wait(lambda: is_mounted(mountpoint), "the sshfs mount", started, sshfs_log)
+        except BaseException:
+            _stop(started)
+            raise
+        return started
+
+    try:
+        _wait(lambda: _listening(port), "the private sshd", sshd, sshd_log)
+        mount = SshfsMount(mountpoint, backing, sshd, start_sshfs(), start_sshfs)
         yield mount
     finally:
         if mount is not None:
             mount._cycling.clear()
             if mount._cycler is not None:
                 mount._cycler.join(timeout=10)
-        if sshfs is not None and sshfs.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(sshfs.pid, signal.SIGCONT)  # never leave it stopped
+            if mount.sshfs.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(mount.sshfs.pid, signal.SIGCONT)  # never leave it stopped
         unmount(mountpoint)
-        if sshfs is not None:
-            _stop(sshfs)
+        if mount is not None:
+            _stop(mount.sshfs)
         _stop(sshd)
         unmount(mountpoint)
 

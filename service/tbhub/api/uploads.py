@@ -10,7 +10,8 @@
 The caller needs the editor role or a write token for the project. The body is read only
 after that check and never more than TBHUB_UPLOAD_MAX_CHUNK_BYTES of it; the database is used
 only for that check, before the body, so a slow upload holds no database connection.
-storage/uploads.py says how files stay whole for the board.
+storage/uploads.py says how files stay whole for the board; storage/receive.py how a lost or
+hung network mount is answered (503 `storage_unavailable`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,13 @@ STATE_HEADERS = {
     COMPLETE_HEADER: {"description": "`?1` once a non-event file is whole under its name",
                       "schema": {"type": "string", "enum": ["?0", "?1"]}},
 }  # fmt: skip
-STATE = {200: {"description": "The file's state", "headers": STATE_HEADERS}}
+UNAVAILABLE = {
+    503: {
+        "description": "The project's storage is not answering (a lost or hung network "
+        "mount): `storage_unavailable`; run the upload again once it is back, it resumes"
+    }
+}
+STATE = {200: {"description": "The file's state", "headers": STATE_HEADERS}, **UNAVAILABLE}
 ERRORS = {
     **STATE,
     400: {
@@ -183,7 +190,12 @@ def _headers(state: FileState) -> dict[str, str]:
     return {OFFSET_HEADER: str(state.offset), COMPLETE_HEADER: "?1" if state.complete else "?0"}
 
 
-@router.get("/", response_model=FilesOut, summary="Every file of the run and its offset")
+@router.get(
+    "/",
+    response_model=FilesOut,
+    responses=UNAVAILABLE,  # type: ignore[arg-type]
+    summary="Every file of the run and its offset",
+)
 async def list_run_files(
     request: Request, context: ContextDep, project: ProjectInPath, run_id: RunId
 ) -> FilesOut:

@@ -9,12 +9,16 @@ StorageUnavailable and the caller answers from what the database knows. A call l
 waiting goes on in its thread; while MAX_WAITING of one key's calls are left waiting, or
 MAX_IN_FLIGHT run at once, the next fails at once: a hung mount holds a few threads, never
 the whole pool.
+
+A step that must run in its caller's thread (an upload's write: storage/receive.py) gets
+the same answer for a lost mount through `answered_if_lost`, without the bound.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -38,6 +42,20 @@ def unavailable_message(project: str) -> str:
         "or disconnected); its runs as last seen are shown, and its files come back when "
         "the mount does"
     )
+
+
+@contextmanager
+def answered_if_lost(
+    key: str, message: Callable[[str], str] = unavailable_message
+) -> Iterator[None]:
+    """A lost mount's error inside the block raised as StorageUnavailable(message(key));
+    any other error passes through."""
+    try:
+        yield
+    except OSError as exc:
+        if is_mount_lost(exc):
+            raise StorageUnavailable(message(key)) from exc
+        raise
 
 
 def is_waiting(key: str) -> bool:
@@ -68,13 +86,14 @@ def within(
     timeout: float = DEFAULT_WAIT,
     message: Callable[[str], str] = unavailable_message,
     max_waiting: int = MAX_WAITING,
+    max_in_flight: int = MAX_IN_FLIGHT,
     discard: Callable[[T], object] | None = None,
 ) -> T:
     """`call()`'s result, or StorageUnavailable(message(key)) when it takes longer than
     `timeout` or fails because the mount is lost. Other errors pass through. `discard`
     releases a result that comes after its caller gave up (an open descriptor, say)."""
     with _lock:
-        if _waiting.get(key, 0) >= max_waiting or _in_flight.get(key, 0) >= MAX_IN_FLIGHT:
+        if _waiting.get(key, 0) >= max_waiting or _in_flight.get(key, 0) >= max_in_flight:
             raise StorageUnavailable(message(key))
         _in_flight[key] = _in_flight.get(key, 0) + 1
     state = _Call()
@@ -104,7 +123,6 @@ def within(
             raise StorageUnavailable(message(key))
         state.done.wait()
     if state.error is not None:
-        if is_mount_lost(state.error):
-            raise StorageUnavailable(message(key)) from state.error
-        raise state.error
+        with answered_if_lost(key, message):
+            raise state.error
     return state.value  # type: ignore[return-value]
