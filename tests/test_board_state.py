@@ -5,6 +5,7 @@ only (the roles matrix, tests/api/test_roles.py, has every caller). Both databas
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -16,9 +17,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tbhub.api.board_waiting import state_after
 from tbhub.core.db import transaction
-from tbhub.core.models import Board, ObservedState, Project
+from tbhub.core.models import Board, DesiredState, ObservedState, Project
 from tbhub.core.settings import Settings
+from tbhub.domain.board_changes import BoardChanges
+from tbhub.domain.boards import BoardView
 from tbhub.http.deps import AppContext
 from tbhub.serve.api_process import board_observed
 from tests.test_api import seed, sign_in
@@ -146,6 +150,54 @@ def test_without_a_wake_up_a_standby_still_sees_the_change_on_its_next_read(
     answer = waiting_on_a_starting_board.join()
     assert answer.json()["state"] == "ready"
     assert waiting_on_a_starting_board.at - written < 5
+
+
+def test_a_change_notified_while_a_waiter_read_the_board_ends_its_wait_at_once() -> None:
+    """The wake-up that comes between a waiter's read of the board and its wait is not lost
+    (seen once in the whole suite: an API worker's long-poll answered 0.5 s late, at its
+    recheck): the waiter waits `since` the generation it read before."""
+
+    async def waits() -> tuple[bool, bool]:
+        changes = BoardChanges()
+        before = changes.generation
+        changes.notify()  # the supervisor wrote a change while the waiter read the board
+        missed = await changes.wait(2.0, since=before)
+        current = changes.generation
+        quiet = await changes.wait(0.05, since=current)
+        return missed, quiet
+
+    assert asyncio.run(waits()) == (True, False)
+
+
+def test_a_board_written_ready_during_the_read_is_answered_without_the_recheck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """state_after: the supervisor writes the board ready and notifies while `look` still
+    returns what it read before; the next look follows at once, not RECHECK_SECONDS later
+    (made 60 s here, so a lost wake-up would run into the 10 s bound below)."""
+    monkeypatch.setattr("tbhub.api.board_waiting.RECHECK_SECONDS", 60.0)
+    changes = BoardChanges()
+    views = [
+        BoardView(DesiredState.running, ObservedState.ready, "127.0.0.1:9", 0),
+        BoardView(DesiredState.running, ObservedState.starting, None, 0),
+    ]
+
+    def look() -> BoardView:
+        view = views.pop()
+        if view.observed == ObservedState.starting:
+            changes.notify()  # written ready, after this read
+        return view
+
+    async def gone() -> bool:
+        return False
+
+    async def follow() -> tuple[str, str | None]:
+        async with asyncio.timeout(10):
+            return await state_after(changes, "vision", look, since="board_starting",
+                                     wait=30, gone=gone)  # fmt: skip
+
+    assert asyncio.run(follow()) == ("ready", None)
+    assert views == []
 
 
 def test_anonymous_and_non_members_are_refused_as_on_the_board(

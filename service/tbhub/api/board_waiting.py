@@ -81,11 +81,12 @@ async def state_after(
     RECHECK_SECONDS where none come (a standby replica). No thread is held while waiting."""
     deadline = time.monotonic() + wait
     while True:
+        seen = changes.generation  # a change written while `look` reads is not missed
         state, reason = board_state(project, await run_in_threadpool(look))
         remaining = deadline - time.monotonic()
         if state != since or remaining <= 0 or await gone():
             return state, reason
-        await changes.wait(min(remaining, RECHECK_SECONDS))
+        await changes.wait(min(remaining, RECHECK_SECONDS), since=seen)
 
 
 def stamped_asked(method: str, rest: str) -> str | None:

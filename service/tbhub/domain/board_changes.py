@@ -2,7 +2,12 @@
 (api/board_state.py). The supervisor calls `notify()` from its thread the moment a pass has
 written a change to what it observed; waiters are asyncio tasks of the control plane, woken
 on their own event loop. On a standby replica the supervisor runs on the leader, so nothing
-here wakes: waiters read the database again every `RECHECK_SECONDS` instead."""
+here wakes: waiters read the database again every `RECHECK_SECONDS` instead.
+
+Each notify() moves a generation on. A waiter reads the generation before it reads the board
+and waits `since` it: a change written while it read (after the read began, before it
+waited) ends its wait at once. Without it that wake-up was lost, and the waiter saw the
+board ready only at its next recheck, RECHECK_SECONDS late."""
 
 from __future__ import annotations
 
@@ -19,10 +24,19 @@ class BoardChanges:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """How many changes have been notified: read it before reading a board, and wait
+        `since` it."""
+        with self._lock:
+            return self._generation
 
     def notify(self) -> None:
         """Some board's observed state changed: wake every waiter."""
         with self._lock:
+            self._generation += 1
             waiters = list(self._waiters)
         for loop, event in waiters:
             try:
@@ -30,10 +44,13 @@ class BoardChanges:
             except RuntimeError:  # that loop has closed; its waiter is gone
                 continue
 
-    async def wait(self, timeout: float) -> bool:
-        """Until the next notify() (True) or `timeout` seconds (False)."""
+    async def wait(self, timeout: float, *, since: int) -> bool:
+        """Until a notify() after generation `since` (True: at once if one came already) or
+        `timeout` seconds (False)."""
         waiter = (asyncio.get_running_loop(), asyncio.Event())
         with self._lock:
+            if self._generation != since:
+                return True
             self._waiters.add(waiter)
         try:
             async with asyncio.timeout(timeout):
