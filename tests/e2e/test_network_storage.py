@@ -18,7 +18,7 @@ import pytest
 from tbhub.storage.sample_logs import write_project, write_run
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
 from tests.ports import free_port
-from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
+from tests.support.sshfs import SshfsMount, skip_without_sshfs, sshfs_mount
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 JSON = {"Accept": "application/json"}
@@ -26,9 +26,7 @@ JSON = {"Accept": "application/json"}
 
 @pytest.fixture(autouse=True)
 def _needs_sshfs() -> None:
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from tbhub.domain.projects import get_project
 from tbhub.storage.reach import DEFAULT_WAIT
 from tbhub.storage.sample_logs import write_run
 from tests.e2e.harness import TBHUB, TbhubServer, wait_until
-from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
+from tests.support.sshfs import SshfsMount, skip_without_sshfs, sshfs_mount
 
 pytestmark = pytest.mark.e2e
 CHUNK_LIMIT = 1 << 20
@@ -35,9 +35,7 @@ QUOTA = SHARED + QUOTA_FILE
 
 @pytest.fixture(autouse=True)
 def _needs_sshfs() -> None:
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
 
 
 @dataclass

@@ -23,7 +23,7 @@ from tbhub.core.upload_protocol import content_digest, hidden_name
 from tbhub.domain.projects import get_project
 from tbhub.storage.quota_ledger import DIR_NAME, _Record
 from tests.e2e.harness import TbhubServer, wait_until
-from tests.support.sshfs import sshfs_available, sshfs_mount
+from tests.support.sshfs import skip_without_sshfs, sshfs_mount
 
 pytestmark = pytest.mark.e2e
 SENT = 24  # chunks at once, each on a connection of its own
@@ -115,9 +115,7 @@ def test_a_worker_killed_with_a_chunk_let_in_gives_it_back_at_the_next_walk(
     `tbhub serve` starts another. At the next walk the project's count is what the disk
     holds again: the bytes the dead worker had let in count no longer (before, they
     counted until the server started again, and the last chunk here got a 507)."""
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
     warm, chunk = 1000, 1 << 20
     quota = warm + (ATTEMPTS + 1) * chunk
     server = make_server(api_workers="3", upload_min_free_bytes="0")

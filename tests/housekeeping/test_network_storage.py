@@ -19,16 +19,14 @@ from tbhub.core.settings import Settings
 from tbhub.housekeeping import backup, retention
 from tbhub.housekeeping.snapshots import classify
 from tests.housekeeping.conftest import EVENTS, tree_digest
-from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
+from tests.support.sshfs import SshfsMount, skip_without_sshfs, sshfs_mount
 
 
 @pytest.fixture
 def remote_runs(jobs_settings: Settings, project: str, tmp_path: Path) -> Iterator[SshfsMount]:
     """vision/a/old (40 days) and vision/a/new on the local disk; vision/b is an sshfs
     mount holding b/old (40 days) and b/new. A listing of vision walks a, then b."""
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
     base = jobs_settings.storage / project
     with sshfs_mount(tmp_path / "nfs", at=base / "b") as mount:
         for root, rel in ((base / "a", ""), (mount.backing, "")):

@@ -20,8 +20,8 @@ from tbhub.core.fstype import (
 from tbhub.core.settings import Settings, prepare_runtime
 from tests.support.sshfs import (  # noqa: F401  (sshfs: the fixture)
     SshfsMount,
+    skip_without_sshfs,
     sshfs,
-    sshfs_available,
     sshfs_mount,
 )
 
@@ -53,9 +53,7 @@ def test_an_sshfs_mount_is_a_network_filesystem(sshfs: SshfsMount, tmp_path: Pat
 def test_network_mounts_below_a_local_root_are_found_from_the_mount_table(
     tmp_path: Path,
 ) -> None:
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
     root = tmp_path / "storage"
     with sshfs_mount(tmp_path / "nfs", at=root / "vision" / "shared") as mount:
         (root / "local").mkdir()

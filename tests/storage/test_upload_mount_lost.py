@@ -14,7 +14,7 @@ from tbhub.core.errors import StorageUnavailable
 from tbhub.storage.quota_ledger import Decision, QuotaLedger
 from tbhub.storage.receive import UploadTarget, file_state, list_files, receive_chunk
 from tbhub.storage.usage import ProjectUsage
-from tests.support.sshfs import SshfsMount, sshfs_available, sshfs_mount
+from tests.support.sshfs import SshfsMount, skip_without_sshfs, sshfs_mount
 
 QUOTA = 1 << 30
 
@@ -36,9 +36,7 @@ class DropsOnceLetIn(ProjectUsage):
 @pytest.fixture
 def remote(tmp_path: Path) -> Iterator[tuple[Path, SshfsMount]]:
     """A storage root whose project `p` is an sshfs mount holding run-1."""
-    reason = sshfs_available()
-    if reason:
-        pytest.skip(reason)
+    skip_without_sshfs()
     storage = tmp_path / "storage"
     with sshfs_mount(tmp_path / "nfs", at=storage / "p") as mount:
         (mount.backing / "run-1").mkdir()
